@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             failed.append(name)
 
-    header = f"{'issue':>5}  {'figure':<58} {'value':>12} {'reference':>12} {'ratio':>7}  target  met"
+    header = (
+        f"{'issue':>5}  {'figure':<58} {'value':>12} {'reference':>12} {'ratio':>7}  target  met"
+    )
     print(header)
     print("-" * len(header))
     for f in figures:
