@@ -1,0 +1,46 @@
+"""The PNG: delivered messages per second for each producer, the fault window shaded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_COLOURS = {"plain": "tab:red", "failover": "tab:blue"}
+
+
+def plot_deliveries(
+    path: Path,
+    *,
+    series: Mapping[str, Sequence[int]],
+    fault: tuple[float, float] | None,
+    fault_label: str,
+    produce_end_s: float,
+    title: str,
+) -> Path:
+    """Write the plot to ``path`` (parent folders created) and return it."""
+    import matplotlib  # imported late: only the plot needs it, and it is the `demo` extra
+
+    matplotlib.use("Agg")  # no display needed, and no GUI toolkit is touched
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
+    try:
+        for name, counts in series.items():
+            xs = [i + 0.5 for i in range(len(counts))]  # a bin's count drawn at its middle
+            ax.plot(xs, list(counts), label=name, color=_COLOURS.get(name), linewidth=1.6)
+        if fault is not None:
+            ax.axvspan(fault[0], fault[1], color="tab:orange", alpha=0.18, label=fault_label)
+        ax.axvline(produce_end_s, color="grey", linestyle=":", linewidth=1, label="producing stops")
+        ax.set_xlabel("seconds since start")
+        ax.set_ylabel("messages delivered per second")
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize="small")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+    return path
