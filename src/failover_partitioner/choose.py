@@ -1,0 +1,242 @@
+"""Choosing a partition for each message: only usable partitions, cheaply.
+
+Keyless messages
+    ``round_robin`` (default, the seed's choice) cycles over the usable partitions.
+    ``sticky`` stays on one partition for ``sticky_messages`` messages or ``sticky_bytes``
+    bytes, then moves to the next, as KIP-480 does for larger batches.
+    ``headroom=True`` avoids AT_RISK partitions while at least half the topic is HEALTHY.
+    ``client_rack`` prefers partitions whose leader is in that rack (KIP-1123's idea).
+
+Keyed messages
+    While the key's own partition is usable the key gets it, and that partition is the one
+    Kafka's default partitioner picks (``toPositive(murmur2(key)) % partitions``), so key
+    affinity is unchanged. When it is unusable, ``key_policy="failover"`` places the key by
+    rendezvous hashing over the usable partitions: only keys of degraded partitions move, each
+    to a stable place, and they return when their partition recovers (filtering the list and
+    taking ``murmur2 % len(usable)`` would instead move almost every key; cf. kafka-go #139).
+    ``key_policy="strict"`` never moves a key: the chooser answers :data:`NO_PARTITION` and the
+    producer keeps the message waiting.
+
+:data:`NO_PARTITION` (-1) also answers a keyless message when no partition is usable.
+
+Everything the hot path needs is precomputed per view in a :class:`_Plan` that is swapped as one
+attribute; a keyless round-robin choice is one ``next()`` on an ``itertools.cycle``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from failover_partitioner._murmur2 import partition_for_key, positive_murmur2
+from failover_partitioner.errors import ConfigError
+from failover_partitioner.health import TopicView
+
+__all__ = ["NO_PARTITION", "ChoiceOptions", "KeyPolicy", "PartitionChooser", "Strategy"]
+
+NO_PARTITION: Final = -1
+"""Returned when the message must wait: nothing usable, or a strict key's partition is down."""
+
+Strategy = Literal["round_robin", "sticky"]
+KeyPolicy = Literal["failover", "strict"]
+
+_STRATEGIES: Final = ("round_robin", "sticky")
+_KEY_POLICIES: Final = ("failover", "strict")
+_M64: Final = 0xFFFFFFFFFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChoiceOptions:
+    """How partitions are chosen; validated here so a bad value fails at construction."""
+
+    strategy: Strategy = "round_robin"
+    key_policy: KeyPolicy = "failover"
+    headroom: bool = False
+    client_rack: str | None = None
+    sticky_messages: int = 1000
+    sticky_bytes: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if self.strategy not in _STRATEGIES:
+            raise ConfigError(
+                f"strategy={self.strategy!r} is not supported; use one of {_STRATEGIES}"
+            )
+        if self.key_policy not in _KEY_POLICIES:
+            raise ConfigError(
+                f"key_policy={self.key_policy!r} is not supported; use one of {_KEY_POLICIES}"
+            )
+        if not isinstance(self.headroom, bool):
+            raise ConfigError(f"headroom must be True or False, got {self.headroom!r}")
+        if self.client_rack is not None and (
+            not isinstance(self.client_rack, str) or not self.client_rack
+        ):
+            raise ConfigError(
+                f"client_rack must be a non-empty string or None, got {self.client_rack!r}"
+            )
+        for name in ("sticky_messages", "sticky_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _score(seed: int, partition: int) -> int:
+    # splitmix64's finaliser over (key seed, partition): a well-mixed 64-bit weight.
+    z = (((seed << 32) | partition) + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def rendezvous(seed: int, partitions: tuple[int, ...]) -> int:
+    """The partition with the highest weight for ``seed`` (highest random weight hashing).
+
+    Removing a partition from ``partitions`` moves only the seeds that had chosen it.
+    """
+    best = NO_PARTITION
+    best_score = -1
+    for p in partitions:
+        s = _score(seed, p)
+        if s > best_score:
+            best_score = s
+            best = p
+    return best
+
+
+class _Plan:
+    """Everything a choice reads, derived once from a view."""
+
+    __slots__ = ("candidate_set", "candidates", "cycle", "num_partitions", "usable", "usable_mask")
+
+    def __init__(self, view: TopicView, options: ChoiceOptions, rng: random.Random) -> None:
+        self.num_partitions = view.num_partitions
+        self.usable = view.usable
+        mask = [False] * view.num_partitions
+        for p in view.usable:
+            mask[p] = True
+        self.usable_mask = tuple(mask)
+        candidates = view.usable
+        if options.headroom and 2 * len(view.healthy) >= view.num_partitions > 0:
+            candidates = view.healthy
+        if options.client_rack is not None:
+            local = tuple(
+                p for p in candidates if view.partitions[p].leader_rack == options.client_rack
+            )
+            if local:
+                candidates = local
+        self.candidates = candidates
+        self.candidate_set = frozenset(candidates)
+        if candidates:
+            # Start at a random place so frequent view swaps do not favour low partition ids.
+            k = rng.randrange(len(candidates))
+            self.cycle: Iterator[int] = itertools.cycle(candidates[k:] + candidates[:k])
+        else:
+            self.cycle = itertools.repeat(NO_PARTITION)
+
+
+class PartitionChooser:
+    """Chooses partitions for one topic from its current :class:`TopicView`.
+
+    Not locked: a producer calls it from the thread that produces; :meth:`update` may run on
+    another thread because it replaces the plan in a single assignment.
+    """
+
+    __slots__ = (
+        "_home",
+        "_options",
+        "_plan",
+        "_rng",
+        "_seed",
+        "_sticky_current",
+        "_sticky_left_bytes",
+        "_sticky_left_msgs",
+        "_strict",
+        "_view",
+        "keyless",
+    )
+
+    def __init__(
+        self,
+        view: TopicView,
+        options: ChoiceOptions | None = None,
+        *,
+        rng: random.Random | None = None,
+        home: Callable[[bytes, int], int] = partition_for_key,
+        seed: Callable[[bytes], int] = positive_murmur2,
+    ) -> None:
+        self._options = options or ChoiceOptions()
+        self._rng = rng or random.Random()
+        self._home = home
+        self._seed = seed
+        self._strict = self._options.key_policy == "strict"
+        self._sticky_current = NO_PARTITION
+        self._sticky_left_msgs = 0
+        self._sticky_left_bytes = 0
+        self._view = view
+        self._plan = _Plan(view, self._options, self._rng)
+        self.keyless: Callable[[int], int]
+        if self._options.strategy == "sticky":
+            self.keyless = self._sticky
+        else:
+            self.keyless = self._round_robin
+
+    @property
+    def view(self) -> TopicView:
+        return self._view
+
+    @property
+    def options(self) -> ChoiceOptions:
+        return self._options
+
+    def update(self, view: TopicView) -> None:
+        """Use ``view`` from now on."""
+        self._view = view
+        self._plan = _Plan(view, self._options, self._rng)
+
+    def _round_robin(self, nbytes: int = 0) -> int:
+        return next(self._plan.cycle)
+
+    def _sticky(self, nbytes: int = 0) -> int:
+        plan = self._plan
+        current = self._sticky_current
+        self._sticky_left_msgs -= 1
+        self._sticky_left_bytes -= nbytes
+        if (
+            self._sticky_left_msgs < 0
+            or self._sticky_left_bytes < 0
+            or current not in plan.candidate_set
+        ):
+            current = next(plan.cycle)
+            self._sticky_current = current
+            self._sticky_left_msgs = self._options.sticky_messages - 1
+            self._sticky_left_bytes = self._options.sticky_bytes - nbytes
+        return current
+
+    def home(self, key: bytes) -> int:
+        """The partition Kafka's default partitioner gives ``key`` (over all partitions)."""
+        return self._home(key, self._plan.num_partitions)
+
+    def keyed(self, key: bytes) -> int:
+        """The partition for ``key``: its home while usable, else per the key policy."""
+        plan = self._plan
+        n = plan.num_partitions
+        if n == 0:
+            return NO_PARTITION
+        p = self._home(key, n)
+        if plan.usable_mask[p]:
+            return p
+        if self._strict:
+            return NO_PARTITION
+        return rendezvous(self._seed(key), plan.usable)
+
+    def choose(self, key: bytes | None, nbytes: int = 0) -> int:
+        """The partition for a message (keyed or not), or :data:`NO_PARTITION` to wait."""
+        if key is None:
+            return self.keyless(nbytes)
+        return self.keyed(key)
+
+    def usable(self, partition: int) -> bool:
+        plan = self._plan
+        return 0 <= partition < plan.num_partitions and plan.usable_mask[partition]

@@ -1,0 +1,284 @@
+"""Exceptions of the package and the policy attached to Kafka delivery errors.
+
+Every exception raised by the package derives from :class:`FailoverError`. What the producer does
+with a failed delivery is read from :func:`classify`, one table for every client: broker error
+codes are Kafka's own (``Errors.java``); negative codes are librdkafka's local errors, which
+confluent-kafka reports with the same numbers. An adapter for another client maps its errors to
+these codes before asking.
+
+The table follows librdkafka's own action table (``rdkafka_request.c``): NOT_ENOUGH_REPLICAS (19)
+is refused before the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND (20), request timeouts and
+transport errors may have been written, so producing the message again elsewhere can duplicate it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from failover_partitioner._message import UndeliveredMessage
+
+__all__ = [
+    "ConfigError",
+    "ErrorClass",
+    "FailoverError",
+    "MetadataUnavailable",
+    "NoUsablePartition",
+    "ProduceTimeout",
+    "ProducerClosed",
+    "classify",
+]
+
+
+class FailoverError(Exception):
+    """Root of every exception this package raises."""
+
+
+class ConfigError(FailoverError, ValueError):
+    """An option or client setting has a value the producer cannot work with."""
+
+
+class ProducerClosed(FailoverError):
+    """``produce`` was called after ``close``."""
+
+
+class MetadataUnavailable(FailoverError):
+    """No metadata could be had for a topic within the time allowed."""
+
+
+class NoUsablePartition(FailoverError):
+    """The message waited for a usable partition (recorded as its last error while it waits)."""
+
+
+class ProduceTimeout(FailoverError):
+    """``produce`` waited ``timeout_s`` at the in-flight limit and gave up.
+
+    The message was not accepted: it is in :attr:`message`, so the caller still holds it.
+    """
+
+    def __init__(self, message: UndeliveredMessage, *, limit: int, timeout_s: float) -> None:
+        super().__init__(
+            f"produce to {message.topic!r} waited {timeout_s:g} s with {limit} messages in "
+            f"flight (max_in_flight={limit}) and gave up; the message was not accepted. Call "
+            "poll()/flush() more often, raise max_in_flight or produce_timeout_s, or check why "
+            "deliveries are slow (health(topic) shows the partitions' state)"
+        )
+        self.message = message
+        self.limit = limit
+        self.timeout_s = timeout_s
+
+
+# --- delivery error policy --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorClass:
+    """What a delivery error means for the message and for its partition.
+
+    ``retriable``: producing the message again can succeed (else the failure is final now).
+    ``possibly_persisted``: the failed attempt may have been written, so another attempt may
+    leave a duplicate. ``quarantine``: the partition should be avoided at once, before the
+    metadata says anything. ``refresh_metadata``: ask the cluster again soon.
+    """
+
+    code: int
+    name: str
+    retriable: bool
+    possibly_persisted: bool
+    quarantine: bool
+    refresh_metadata: bool
+
+    @property
+    def final(self) -> bool:
+        """Retrying cannot fix this; the message ends now."""
+        return not self.retriable
+
+
+def _c(
+    code: int, name: str, *, retriable: bool, persisted: bool, quarantine: bool, refresh: bool
+) -> ErrorClass:
+    return ErrorClass(
+        code=code,
+        name=name,
+        retriable=retriable,
+        possibly_persisted=persisted,
+        quarantine=quarantine,
+        refresh_metadata=refresh,
+    )
+
+
+def _final(code: int, name: str) -> ErrorClass:
+    return _c(code, name, retriable=False, persisted=False, quarantine=False, refresh=False)
+
+
+_TABLE: dict[int, ErrorClass] = {
+    e.code: e
+    for e in (
+        # Refused before the append: move the message, no duplicate possible.
+        _c(
+            19,
+            "NOT_ENOUGH_REPLICAS",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            6,
+            "NOT_LEADER_OR_FOLLOWER",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            5,
+            "LEADER_NOT_AVAILABLE",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            74,
+            "FENCED_LEADER_EPOCH",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            75,
+            "UNKNOWN_LEADER_EPOCH",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            56,
+            "KAFKA_STORAGE_ERROR",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            8,
+            "BROKER_NOT_AVAILABLE",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            9,
+            "REPLICA_NOT_AVAILABLE",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        # "Unknown topic" is final only once metadata confirms it; the producer checks that.
+        _c(
+            3,
+            "UNKNOWN_TOPIC_OR_PART",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(-188, "_UNKNOWN_TOPIC", retriable=True, persisted=False, quarantine=True, refresh=True),
+        _c(
+            -190,
+            "_UNKNOWN_PARTITION",
+            retriable=True,
+            persisted=False,
+            quarantine=True,
+            refresh=True,
+        ),
+        # Never sent: librdkafka dropped it from its queue (close/purge); not persisted.
+        _c(-152, "_PURGE_QUEUE", retriable=True, persisted=False, quarantine=False, refresh=False),
+        _c(
+            -166, "_TIMED_OUT_QUEUE", retriable=True, persisted=False, quarantine=True, refresh=True
+        ),
+        # Written, or perhaps written: a new attempt elsewhere may duplicate it.
+        _c(
+            20,
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            retriable=True,
+            persisted=True,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(7, "REQUEST_TIMED_OUT", retriable=True, persisted=True, quarantine=True, refresh=True),
+        _c(13, "NETWORK_EXCEPTION", retriable=True, persisted=True, quarantine=True, refresh=True),
+        _c(-192, "_MSG_TIMED_OUT", retriable=True, persisted=True, quarantine=True, refresh=True),
+        _c(-185, "_TIMED_OUT", retriable=True, persisted=True, quarantine=True, refresh=True),
+        _c(-195, "_TRANSPORT", retriable=True, persisted=True, quarantine=True, refresh=True),
+        _c(
+            -187, "_ALL_BROKERS_DOWN", retriable=True, persisted=True, quarantine=True, refresh=True
+        ),
+        _c(
+            -151, "_PURGE_INFLIGHT", retriable=True, persisted=True, quarantine=False, refresh=False
+        ),
+        # Retrying cannot fix these: end the message now, never loop.
+        _final(10, "MSG_SIZE_TOO_LARGE"),
+        _final(18, "RECORD_LIST_TOO_LARGE"),
+        _final(87, "INVALID_RECORD"),
+        _final(2, "CORRUPT_MESSAGE"),
+        _final(4, "INVALID_FETCH_SIZE"),
+        _final(17, "INVALID_TOPIC_EXCEPTION"),
+        _final(21, "INVALID_REQUIRED_ACKS"),
+        _final(32, "INVALID_TIMESTAMP"),
+        _final(35, "UNSUPPORTED_VERSION"),
+        _final(43, "UNSUPPORTED_FOR_MESSAGE_FORMAT"),
+        _final(44, "POLICY_VIOLATION"),
+        _final(76, "UNSUPPORTED_COMPRESSION_TYPE"),
+        _final(29, "TOPIC_AUTHORIZATION_FAILED"),
+        _final(31, "CLUSTER_AUTHORIZATION_FAILED"),
+        _final(53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),
+        _final(58, "SASL_AUTHENTICATION_FAILED"),
+        _final(-169, "_AUTHENTICATION"),
+        _final(-181, "_SSL"),
+        _final(-186, "_INVALID_ARG"),
+        _final(-198, "_BAD_COMPRESSION"),
+        _final(-161, "_VALUE_SERIALIZATION"),
+        _final(-162, "_KEY_SERIALIZATION"),
+        _final(-150, "_FATAL"),
+        _final(-144, "_FENCED"),
+        _final(90, "PRODUCER_FENCED"),
+    )
+}
+
+
+def classify(code: int, name: str | None = None) -> ErrorClass:
+    """The policy for delivery error ``code``.
+
+    Codes not in the table are treated as retriable, possibly persisted and a reason to
+    quarantine: the conservative reading (the message is retried within its retry policy, and
+    a duplicate is counted rather than assumed away).
+    """
+    known = _TABLE.get(code)
+    if known is not None:
+        return known
+    return _c(
+        code,
+        name or f"ERROR_{code}",
+        retriable=True,
+        persisted=True,
+        quarantine=True,
+        refresh=True,
+    )
+
+
+def error_code(err: Any) -> int:
+    """The numeric code of a client error object (``KafkaError.code()`` or ``.errno``)."""
+    code = getattr(err, "code", None)
+    if callable(code):
+        return int(code())
+    errno = getattr(err, "errno", None)
+    if isinstance(errno, int):
+        return errno
+    return -1

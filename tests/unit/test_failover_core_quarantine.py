@@ -1,0 +1,94 @@
+"""Quarantine back-off and release, driven by a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
+
+
+def always(_: int) -> bool:
+    return True
+
+
+def never(_: int) -> bool:
+    return False
+
+
+def test_strike_quarantines_at_once_and_releases_after_backoff() -> None:
+    q = Quarantine(QuarantinePolicy(initial_s=1.0, max_s=8.0))
+    assert q.strike(3, now=10.0)
+    assert 3 in q
+    assert q.release_due(10.9, always) == []
+    assert q.release_due(11.0, always) == [3]
+    assert 3 not in q
+
+
+def test_backoff_doubles_per_consecutive_strike_up_to_max() -> None:
+    q = Quarantine(QuarantinePolicy(initial_s=1.0, max_s=5.0))
+    now = 0.0
+    backoffs = []
+    for _ in range(5):
+        q.strike(0, now)
+        until = q.until(0)
+        assert until is not None
+        backoffs.append(until - now)
+        now = until
+        assert q.release_due(now, always) == [0]
+    assert backoffs == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_failures_already_in_flight_do_not_extend_the_backoff() -> None:
+    q = Quarantine(QuarantinePolicy(initial_s=1.0))
+    assert q.strike(0, 0.0)
+    assert not q.strike(0, 0.5)
+    assert q.strikes(0) == 1
+    assert q.until(0) == 1.0
+
+
+def test_release_waits_for_metadata_to_show_the_partition_usable() -> None:
+    q = Quarantine(QuarantinePolicy(initial_s=1.0))
+    q.strike(0, 0.0)
+    assert q.release_due(5.0, never) == []
+    assert 0 in q
+    assert q.release_due(6.0, always) == [0]
+
+
+def test_a_partition_quiet_for_max_s_after_release_is_forgiven() -> None:
+    q = Quarantine(QuarantinePolicy(initial_s=1.0, max_s=4.0))
+    q.strike(0, 0.0)
+    q.release_due(1.0, always)
+    q.strike(0, 2.0)  # soon after release: escalates
+    assert q.until(0) == 4.0
+    q.release_due(4.0, always)
+    q.strike(0, 9.0)  # more than max_s after release: back to the initial back-off
+    assert q.strikes(0) == 1
+    assert q.until(0) == 10.0
+
+
+def test_next_release_and_forget() -> None:
+    q = Quarantine()
+    assert q.next_release_at() is None
+    q.strike(1, 0.0)
+    q.strike(2, 1.0)
+    assert q.next_release_at() == pytest.approx(0.5)
+    q.forget([1])
+    assert q.partitions == frozenset({2})
+    assert len(q) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"initial_s": 0}, "initial_s must be > 0 seconds, got 0"),
+        ({"initial_s": 2.0, "max_s": 1.0}, r"max_s \(1.0\) must be >= initial_s \(2.0\)"),
+        ({"multiplier": 0.5}, "multiplier must be >= 1, got 0.5"),
+    ],
+)
+def test_bad_policy_is_refused(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        QuarantinePolicy(**kwargs)
+
+
+def test_huge_strike_counts_stay_capped() -> None:
+    assert QuarantinePolicy(initial_s=1.0, max_s=30.0).backoff_s(10_000) == 30.0
