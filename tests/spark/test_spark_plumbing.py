@@ -1,0 +1,89 @@
+"""Executor-side plumbing without a cluster: the producer cache and the summary's arithmetic."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from failover_partitioner._spark.cache import ProducerCache
+from failover_partitioner._spark.summary import SummaryParam, WriteSummary
+
+
+class FakeProducer:
+    def __init__(self, undelivered: int = 0) -> None:
+        self.closed = 0
+        self.undelivered = undelivered
+
+    def close(self) -> list[int]:
+        self.closed += 1
+        return list(range(self.undelivered))
+
+
+def test_cache_builds_once_per_key_and_reuses() -> None:
+    cache: ProducerCache[FakeProducer] = ProducerCache()
+    first = cache.get("a", FakeProducer)
+    assert cache.get("a", FakeProducer) is first
+    other = cache.get("b", FakeProducer)
+    assert other is not first
+    assert cache.built == 2
+    assert set(cache.keys()) == {"a", "b"}
+
+
+def test_discard_closes_and_the_next_get_builds_fresh() -> None:
+    cache: ProducerCache[FakeProducer] = ProducerCache()
+    first = cache.get("a", lambda: FakeProducer(undelivered=3))
+    cache.discard("a")
+    assert first.closed == 1
+    assert cache.get("a", FakeProducer) is not first
+    cache.discard("missing")  # nothing to close, no error
+
+
+def test_close_all_closes_every_producer_once() -> None:
+    cache: ProducerCache[FakeProducer] = ProducerCache()
+    producers = [cache.get(k, FakeProducer) for k in "abc"]
+    cache.close_all()
+    cache.close_all()
+    assert [p.closed for p in producers] == [1, 1, 1]
+    assert cache.keys() == ()
+
+
+def test_a_forked_process_never_uses_its_parents_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache: ProducerCache[FakeProducer] = ProducerCache()
+    parents = cache.get("a", FakeProducer)
+    monkeypatch.setattr(os, "getpid", lambda: -1)
+    childs = cache.get("a", FakeProducer)
+    assert childs is not parents
+    assert parents.closed == 0  # its threads live in the parent; closing here would be wrong
+
+
+counts = st.integers(min_value=0, max_value=10**9)
+summaries = st.builds(
+    WriteSummary,
+    rows=counts,
+    delivered=counts,
+    rerouted=counts,
+    possible_duplicates=counts,
+    failed=counts,
+    tasks=counts,
+)
+
+
+@given(summaries, summaries, summaries)
+def test_summaries_add_field_by_field_in_any_order(
+    a: WriteSummary, b: WriteSummary, c: WriteSummary
+) -> None:
+    assert (a + b) + c == a + (b + c)
+    assert a + b == b + a
+    assert (a + b).rerouted == a.rerouted + b.rerouted
+    assert a + WriteSummary() == a
+
+
+@given(summaries)
+def test_accumulator_param_and_pickling_keep_the_counts(a: WriteSummary) -> None:
+    param = SummaryParam()
+    assert param.addInPlace(param.zero(a), a) == a
+    assert pickle.loads(pickle.dumps(a)) == a
