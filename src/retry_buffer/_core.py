@@ -1,0 +1,331 @@
+"""The accounting core: counters, the in-flight entries and the failed buffer, and nothing else.
+
+Theory of operation. Every admitted message is *in flight* until it gets exactly one final
+outcome: delivered, finally failed (policy exhausted or not retriable), or handed back by
+``close()``. Admission is refused while ``limit`` messages are in flight. A failed message
+stays in flight while it waits in the failed buffer, so that buffer can never hold more than
+``limit`` entries: its bound follows from the inflow count, no size has to be guessed, and
+wiring failures back into the input cannot deadlock (the producer takes failed entries first,
+and there is always room for them).
+
+The core is plain Python with an injected clock: no locks, threads or event loops, and it
+never calls user code. Final failures are queued in ``pop_finals()`` for the shell to report
+after it has released its lock.
+
+``delivered()`` is the hot path and the threaded shell calls it without its lock: it changes
+shared state with a single ``dict.pop`` on the in-flight table, which is atomic in CPython (under
+the GIL, and under the dict's own lock in free-threaded builds). Every other change runs under
+the shell's lock, and the counters are arranged so that none of them races with that pop: the
+in-flight count is ``len(live)`` and ``delivered`` is derived, not incremented. ``close()`` pops
+entries one at a time for the same reason, so each entry ends either delivered or handed back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from ._errors import BufferClosed, InvalidArgument, RetryBufferError
+from ._model import _CLOSED, _DONE, _QUEUED, _SENT, Entry, RetryPolicy, Statistics
+
+__all__ = ["Accounting"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Backoff delays double per attempt; past this many levels they are all backoff_max_s anyway.
+_MAX_LEVELS = 64
+
+
+def check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise InvalidArgument(
+            f"max_in_flight must be an int >= 1 (the most messages admitted and not yet done), "
+            f"got {limit!r}"
+        )
+    return limit
+
+
+def check_timeout(timeout: float | None) -> None:
+    """``None`` waits without bound; otherwise a finite or infinite number of seconds >= 0."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise InvalidArgument(
+            f"timeout must be None (wait without bound) or a number of seconds >= 0, "
+            f"got {timeout!r}"
+        )
+
+
+class Accounting(Generic[T]):
+    """Counters, in-flight table and failed buffer of one retry buffer (single-threaded use)."""
+
+    __slots__ = (
+        "_clock",
+        "_delays",
+        "_duplicates",
+        "_failed_depth",
+        "_failed_order",
+        "_final_failures",
+        "_finals",
+        "_gate",
+        "_levels",
+        "_live",
+        "_next_seq",
+        "_peak_failed",
+        "_peak_in_flight",
+        "_retries",
+        "_returned",
+        "closed",
+        "limit",
+        "policy",
+        "wait_s",
+    )
+
+    def __init__(self, limit: int, policy: RetryPolicy, clock: Callable[[], float]) -> None:
+        self.limit = check_limit(limit)
+        if not isinstance(policy, RetryPolicy):
+            raise InvalidArgument(f"policy must be a RetryPolicy, got {policy!r}")
+        if not callable(clock):
+            raise InvalidArgument(f"clock must be a callable returning seconds, got {clock!r}")
+        self.policy = policy
+        self._clock = clock
+        self.closed = False
+        self.wait_s = 0.0
+        # Admission compares the in-flight count with _gate: the limit, or 0 once closed, so
+        # the hot path needs one comparison.
+        self._gate = limit
+        self._next_seq = 0
+        # Every in-flight entry by seq, including those waiting in the failed buffer.
+        self._live: dict[int, Entry[T]] = {}
+        # The failed buffer: one FIFO per backoff delay. Within one FIFO every entry waits the
+        # same delay, so failure order is due order and only heads need looking at.
+        self._delays = self._backoff_levels(policy)
+        self._levels: tuple[deque[Entry[T]], ...] = tuple(deque() for _ in self._delays)
+        self._failed_depth = 0
+        self._failed_order = 0
+        self._finals: list[tuple[Entry[T], object]] = []
+        self._final_failures = 0
+        self._returned = 0
+        self._retries = 0
+        self._duplicates = 0
+        self._peak_in_flight = 0
+        self._peak_failed = 0
+
+    @staticmethod
+    def _backoff_levels(policy: RetryPolicy) -> tuple[float, ...]:
+        delays = [policy.backoff_s(1)]
+        while delays[-1] < policy.backoff_max_s and len(delays) < _MAX_LEVELS:
+            delays.append(policy.backoff_s(len(delays) + 1))
+        return tuple(delays)
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def in_flight(self) -> int:
+        return len(self._live)
+
+    def has_room(self) -> bool:
+        return len(self._live) < self._gate
+
+    def try_admit(self, item: T) -> Entry[T] | None:
+        """Count ``item`` in and return its entry, or ``None`` while at the limit."""
+        live = self._live
+        n = len(live)
+        if n >= self._gate:
+            if self.closed:
+                raise BufferClosed("cannot admit: the buffer is closed")
+            return None
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        entry = Entry(item, seq, self._clock())
+        live[seq] = entry
+        if n >= self._peak_in_flight:
+            self._peak_in_flight = n + 1
+        return entry
+
+    def admit_many(self, items: Sequence[T]) -> list[Entry[T]]:
+        """Admit the longest prefix of ``items`` that fits; return its entries."""
+        if self.closed:
+            raise BufferClosed("cannot admit: the buffer is closed")
+        live = self._live
+        room = self._gate - len(live)
+        if room <= 0 or not items:
+            return []
+        take = items if len(items) <= room else items[:room]
+        seq = self._next_seq
+        now = self._clock()
+        entries = [Entry(item, s, now) for s, item in enumerate(take, seq)]
+        self._next_seq = seq + len(entries)
+        live.update(zip(range(seq, seq + len(entries)), entries, strict=True))
+        if len(live) > self._peak_in_flight:
+            self._peak_in_flight = len(live)
+        return entries
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def delivered(self, entry: Entry[T]) -> None:
+        """Record final success. Safe without the shell's lock (see the module doc)."""
+        if entry._state != _SENT:
+            raise self._misuse(entry, "delivered")
+        popped = self._live.pop(entry.seq, None)
+        if popped is not entry:
+            if popped is not None:  # another buffer's entry with the same seq: undo
+                self._live[popped.seq] = popped
+            raise self._misuse(entry, "delivered")
+        entry._state = _DONE
+
+    def failed(
+        self, entry: Entry[T], error: object, retriable: bool, possibly_persisted: bool
+    ) -> bool:
+        """Record a failed attempt: queue the entry for another (True) or fail it finally."""
+        if self.closed or entry._state != _SENT or self._live.get(entry.seq) is not entry:
+            raise self._misuse(entry, "failed")
+        now = self._clock()
+        entry.last_error = error
+        if entry.first_failure_at is None:
+            entry.first_failure_at = now
+        if possibly_persisted and not entry.possibly_duplicated:
+            entry.possibly_duplicated = True
+            self._duplicates += 1
+        policy = self.policy
+        if retriable and (policy.max_attempts is None or entry.attempts < policy.max_attempts):
+            level = min(entry.attempts, len(self._delays)) - 1
+            due_at = now + self._delays[level]
+            if policy.deadline_s is None or due_at < entry.admitted_at + policy.deadline_s:
+                self._enqueue(entry, level, due_at)
+                return True
+        self._finish_failed(entry, error)
+        return False
+
+    def _enqueue(self, entry: Entry[T], level: int, due_at: float) -> None:
+        # The bound is enforced here, where entries enter; it cannot trip unless the
+        # accounting above is broken, because a queued entry is still counted in flight.
+        if self._failed_depth >= self.limit:
+            raise RetryBufferError(
+                f"failed buffer overflow: {self._failed_depth} entries queued with capacity "
+                f"{self.limit}; this is a bug in retry_buffer's accounting"
+            )
+        entry._state = _QUEUED
+        entry._due_at = due_at
+        entry._failed_order = self._failed_order
+        self._failed_order += 1
+        self._levels[level].append(entry)
+        depth = self._failed_depth + 1
+        self._failed_depth = depth
+        if depth > self._peak_failed:
+            self._peak_failed = depth
+
+    def _finish_failed(self, entry: Entry[T], error: object) -> None:
+        entry._state = _DONE
+        self._live.pop(entry.seq, None)
+        self._final_failures += 1
+        self._finals.append((entry, error))
+
+    def pop_finals(self) -> list[tuple[Entry[T], object]]:
+        """Final failures not yet reported to the user: the shell calls the callback for each."""
+        finals = self._finals
+        if finals:
+            self._finals = []
+        return finals
+
+    def _misuse(self, entry: Entry[T], what: str) -> RetryBufferError:
+        state = entry._state
+        if self._live.get(entry.seq) is not entry and state in (_SENT, _QUEUED):
+            return RetryBufferError(
+                f"{what}() got entry seq={entry.seq} that this buffer did not admit"
+            )
+        if self.closed or state == _CLOSED:
+            return BufferClosed(
+                f"{what}() for entry seq={entry.seq} after close(): the buffer is closed and "
+                "close() handed back every unfinished entry"
+            )
+        if state == _DONE:
+            return RetryBufferError(
+                f"{what}() for entry seq={entry.seq}, which already had its final outcome "
+                "(delivered or finally failed); report each attempt's outcome once"
+            )
+        return RetryBufferError(
+            f"{what}() for entry seq={entry.seq}, which is waiting in the failed buffer; take "
+            "it with take_failed() and send it before reporting another outcome"
+        )
+
+    # -- the failed buffer ---------------------------------------------------------------------
+
+    def take_failed(self) -> Entry[T] | None:
+        """Pop the oldest failed entry whose backoff has elapsed, starting its next attempt."""
+        if not self._failed_depth:
+            return None
+        now = self._clock()
+        deadline_s = self.policy.deadline_s
+        while self._failed_depth:
+            best: Entry[T] | None = None
+            best_queue: deque[Entry[T]] | None = None
+            for queue in self._levels:
+                if queue:
+                    head = queue[0]
+                    if head._due_at <= now and (
+                        best is None or head._failed_order < best._failed_order
+                    ):
+                        best = head
+                        best_queue = queue
+            if best is None or best_queue is None:
+                return None
+            best_queue.popleft()
+            self._failed_depth -= 1
+            if deadline_s is not None and now >= best.admitted_at + deadline_s:
+                self._finish_failed(best, best.last_error)
+                continue
+            best.attempts += 1
+            best._state = _SENT
+            self._retries += 1
+            return best
+        return None
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the next failed entry is due (0 if one is), ``None`` if none waits."""
+        if not self._failed_depth:
+            return None
+        due_at = min(queue[0]._due_at for queue in self._levels if queue)
+        return max(0.0, due_at - self._clock())
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def close(self) -> list[Entry[T]]:
+        """Refuse admission from now on; count out and return every unfinished entry."""
+        if self.closed:
+            return []
+        self.closed = True
+        self._gate = 0
+        for queue in self._levels:
+            queue.clear()
+        self._failed_depth = 0
+        live = self._live
+        left = []
+        while live:
+            left.append(live.popitem()[1])  # one atomic pop each: see the module doc
+        left.reverse()  # popitem() is LIFO: back to admission order
+        for entry in left:
+            entry._state = _CLOSED
+        self._returned += len(left)
+        return left
+
+    def statistics(self) -> Statistics:
+        in_flight = len(self._live)
+        return Statistics(
+            limit=self.limit,
+            admitted=self._next_seq,
+            delivered=self._next_seq - self._final_failures - self._returned - in_flight,
+            final_failures=self._final_failures,
+            returned_on_close=self._returned,
+            in_flight=in_flight,
+            peak_in_flight=self._peak_in_flight,
+            failed_depth=self._failed_depth,
+            peak_failed_depth=self._peak_failed,
+            retries=self._retries,
+            possibly_duplicated=self._duplicates,
+            wait_seconds=self.wait_s,
+            closed=self.closed,
+        )

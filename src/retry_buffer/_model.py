@@ -1,0 +1,148 @@
+"""Values shared by the accounting core and its shells: the retry policy, an entry, a snapshot."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from ._errors import InvalidArgument
+
+__all__ = ["Entry", "RetryPolicy", "Statistics"]
+
+T = TypeVar("T")
+
+# Entry life cycle. An entry is in flight from admission until it is delivered, finally
+# failed or handed back by close(); while in flight it is either out with the producer
+# (_SENT) or waiting in the failed buffer (_QUEUED).
+_SENT = 0
+_QUEUED = 1
+_DONE = 2
+_CLOSED = 3
+
+
+def _non_negative_finite(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgument(f"{name} must be a finite number >= 0 seconds, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often and how long a failed message is tried again.
+
+    The default retries without end: a message leaves the buffer only delivered, explicitly
+    failed as non-retriable, or handed back by ``close()``. ``max_attempts`` counts attempts
+    started (the first send included); ``deadline_s`` is measured from admission, and no attempt
+    starts after it. A failed entry becomes due again after ``backoff_initial_s``, doubling with
+    each attempt up to ``backoff_max_s``.
+    """
+
+    max_attempts: int | None = None
+    deadline_s: float | None = None
+    backoff_initial_s: float = 0.0
+    backoff_max_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise InvalidArgument(
+                f"max_attempts must be None (unlimited) or an int >= 1, got {self.max_attempts!r}"
+            )
+        if self.deadline_s is not None:
+            _non_negative_finite("deadline_s", self.deadline_s)
+            if self.deadline_s == 0:
+                raise InvalidArgument("deadline_s must be > 0 seconds or None, got 0")
+        _non_negative_finite("backoff_initial_s", self.backoff_initial_s)
+        _non_negative_finite("backoff_max_s", self.backoff_max_s)
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise InvalidArgument(
+                f"backoff_max_s ({self.backoff_max_s!r}) must be >= backoff_initial_s "
+                f"({self.backoff_initial_s!r})"
+            )
+
+    def backoff_s(self, attempts: int) -> float:
+        """Delay before the next attempt of an entry whose ``attempts``-th attempt just failed."""
+        if self.backoff_initial_s == 0:
+            return 0.0
+        return min(self.backoff_max_s, self.backoff_initial_s * 2.0 ** min(attempts - 1, 64))
+
+
+class Entry(Generic[T]):
+    """One admitted message's bookkeeping. Read its fields; only the buffer changes them.
+
+    ``seq`` is unique per buffer and follows admission order; ``attempts`` counts attempts
+    started (1 at admission); ``possibly_duplicated`` is set once a failure was reported with
+    ``possibly_persisted=True`` (the broker may have stored it, so a retry may duplicate it).
+    """
+
+    # A slotted class rather than a dataclass: admission creates one per message, on the hot path.
+    __slots__ = (
+        "_due_at",
+        "_failed_order",
+        "_state",
+        "admitted_at",
+        "attempts",
+        "first_failure_at",
+        "item",
+        "last_error",
+        "possibly_duplicated",
+        "seq",
+    )
+
+    item: T
+    seq: int
+    attempts: int
+    admitted_at: float
+    first_failure_at: float | None
+    last_error: object | None
+    possibly_duplicated: bool
+    _state: int
+    _due_at: float  # set when the entry enters the failed buffer
+    _failed_order: int  # likewise: failure order, to hand out the oldest due entry first
+
+    def __init__(self, item: T, seq: int, admitted_at: float) -> None:
+        self.item = item
+        self.seq = seq
+        self.attempts = 1
+        self.admitted_at = admitted_at
+        self.first_failure_at = None
+        self.last_error = None
+        self.possibly_duplicated = False
+        self._state = _SENT
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(seq={self.seq}, attempts={self.attempts}, item={self.item!r}, "
+            f"last_error={self.last_error!r}, possibly_duplicated={self.possibly_duplicated})"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Statistics:
+    """A consistent snapshot of a buffer's counters.
+
+    ``admitted == delivered + final_failures + returned_on_close + in_flight`` always holds.
+    ``failed_depth`` counts entries waiting in the failed buffer (they are in flight too);
+    ``retries`` counts attempts handed out again after a failure; ``wait_seconds`` is the total
+    time callers spent blocked waiting for room (admit and merger). ``possibly_duplicated``
+    counts entries marked so.
+    """
+
+    limit: int
+    admitted: int
+    delivered: int
+    final_failures: int
+    returned_on_close: int
+    in_flight: int
+    peak_in_flight: int
+    failed_depth: int
+    peak_failed_depth: int
+    retries: int
+    possibly_duplicated: int
+    wait_seconds: float
+    closed: bool

@@ -1,0 +1,368 @@
+"""The threaded shell: the accounting core behind one lock, for producers fed from threads.
+
+``failed()`` never waits for anything but the (briefly held) lock, so it is safe inside a
+confluent-kafka delivery callback; ``delivered()`` takes no lock at all on its usual path.
+The re-send of a failed entry happens on the producer's side of ``poll()``/``flush()``, via
+``take_failed()`` or a ``Merger``: calling back into the client from its delivery callback
+would re-enter librdkafka.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Generic, TypeVar
+
+from ._core import Accounting, check_timeout
+from ._dispatch import FinalFailureCallback, report_finals
+from ._errors import BufferClosed, InflowTimeout, InvalidArgument
+from ._model import Entry, RetryPolicy, Statistics
+
+__all__ = ["Merger", "RetryBuffer"]
+
+T = TypeVar("T")
+
+
+class RetryBuffer(Generic[T]):
+    """Inflow gate, failed buffer and retry policy for messages of type ``T``; thread-safe.
+
+    ``clock`` drives the policy (admission times, backoff, deadlines); ``timeout`` arguments
+    are real seconds.
+    """
+
+    __slots__ = ("_cond", "_core", "_lock", "_on_final_failure", "_waiters")
+
+    def __init__(
+        self,
+        max_in_flight: int = 10_000,
+        policy: RetryPolicy | None = None,
+        on_final_failure: FinalFailureCallback[T] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if on_final_failure is not None and not callable(on_final_failure):
+            raise InvalidArgument(
+                f"on_final_failure must be None or a callable, got {on_final_failure!r}"
+            )
+        self._core: Accounting[T] = Accounting(
+            max_in_flight, RetryPolicy() if policy is None else policy, clock
+        )
+        self._on_final_failure = on_final_failure
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # Threads blocked in a wait; outcome reporters notify only when this is non-zero.
+        self._waiters = 0
+
+    @property
+    def limit(self) -> int:
+        return self._core.limit
+
+    @property
+    def in_flight(self) -> int:
+        return self._core.in_flight()
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self._core.policy
+
+    @property
+    def closed(self) -> bool:
+        return self._core.closed
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def admit(self, item: T, timeout: float | None = None) -> Entry[T]:
+        """Count ``item`` in, waiting up to ``timeout`` seconds (None: no bound) for room.
+
+        ``timeout=0`` refuses at once. Raises ``InflowTimeout`` or ``BufferClosed``.
+        """
+        if timeout is not None and not timeout >= 0:
+            check_timeout(timeout)
+        lock = self._lock
+        lock.acquire()
+        try:
+            entry = self._core.try_admit(item)
+        finally:
+            lock.release()
+        if entry is None:
+            return self._admit_waiting(item, timeout)
+        return entry
+
+    def try_admit(self, item: T) -> Entry[T] | None:
+        """Count ``item`` in if there is room now; ``None`` otherwise. Never blocks."""
+        with self._lock:
+            return self._core.try_admit(item)
+
+    def admit_many(self, items: Sequence[T], timeout: float | None = None) -> list[Entry[T]]:
+        """Admit the longest prefix of ``items`` that fits, waiting for room for at least one.
+
+        Returns the admitted entries in order (fewer than ``items`` when the limit was
+        reached); the caller offers the rest again. One lock round for the whole batch.
+        """
+        check_timeout(timeout)
+        if not items:
+            return []
+        with self._lock:
+            entries = self._core.admit_many(items)
+        if entries:
+            return entries
+        return [self._admit_waiting(items[0], timeout)]
+
+    def _admit_waiting(self, item: T, timeout: float | None) -> Entry[T]:
+        check_timeout(timeout)
+        core = self._core
+        with self._cond:
+            entry = core.try_admit(item)
+            if entry is not None:
+                return entry
+            if timeout == 0:
+                raise InflowTimeout(limit=core.limit, timeout_s=0)
+            start = time.monotonic()
+            deadline = None if timeout is None else start + timeout
+            self._waiters += 1
+            try:
+                while True:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        assert timeout is not None
+                        raise InflowTimeout(limit=core.limit, timeout_s=timeout)
+                    self._cond.wait(remaining)
+                    entry = core.try_admit(item)
+                    if entry is not None:
+                        return entry
+            finally:
+                self._waiters -= 1
+                core.wait_s += time.monotonic() - start
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def delivered(self, entry: Entry[T]) -> None:
+        """Final success: count ``entry`` out. Reporting a second outcome raises.
+
+        Takes the lock only to wake waiting threads (see ``_core`` on why it may skip it).
+        """
+        self._core.delivered(entry)
+        if self._waiters:
+            # Read after the entry left the table: a thread that registered as a waiter
+            # later sees the room when it checks under the lock, before it waits.
+            with self._cond:
+                self._cond.notify_all()
+
+    def failed(
+        self,
+        entry: Entry[T],
+        error: object,
+        retriable: bool = True,
+        possibly_persisted: bool = False,
+    ) -> bool:
+        """Record a failed attempt. Never blocks: safe inside a delivery callback.
+
+        Returns True when the entry was queued for another attempt (take it with
+        ``take_failed()`` or a ``Merger``), False when it failed finally: it is counted out and
+        ``on_final_failure(entry, error)`` has been called. ``possibly_persisted`` marks the
+        entry ``possibly_duplicated``.
+        """
+        with self._lock:
+            queued = self._core.failed(entry, error, retriable, possibly_persisted)
+            finals = self._core.pop_finals()
+            if self._waiters:
+                self._cond.notify_all()
+        if finals:
+            report_finals(finals, self._on_final_failure)
+        return queued
+
+    def take_failed(self) -> Entry[T] | None:
+        """Pop the oldest failed entry whose backoff has elapsed; its ``attempts`` grows by 1.
+
+        Never blocks. Entries found past their deadline are failed finally on the way.
+        """
+        core = self._core
+        if not core._failed_depth:  # entries enter under the lock; a stale 0 delays one call
+            return None
+        with self._lock:
+            entry = core.take_failed()
+            finals = core.pop_finals()
+            if finals and self._waiters:
+                self._cond.notify_all()
+        if finals:
+            report_finals(finals, self._on_final_failure)
+        return entry
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the next failed entry is due (0 if one is); None if none waits."""
+        with self._lock:
+            return self._core.next_due_in()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Wait until nothing is in flight (True) or ``timeout`` seconds pass (False)."""
+        check_timeout(timeout)
+        core = self._core
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._waiters += 1
+            try:
+                while core.in_flight():
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+                return True
+            finally:
+                self._waiters -= 1
+
+    def close(self) -> list[Entry[T]]:
+        """Refuse further admission and return every entry not yet done, in admission order.
+
+        The returned entries (queued failures and those still out with the producer) are
+        counted out; reporting an outcome for one afterwards raises ``BufferClosed``. A second
+        call returns an empty list.
+        """
+        with self._cond:
+            left = self._core.close()
+            self._cond.notify_all()
+        return left
+
+    def statistics(self) -> Statistics:
+        with self._lock:
+            return self._core.statistics()
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBuffer(limit={self.limit}, in_flight={self.in_flight}, "
+            f"failed_depth={self._core._failed_depth}, closed={self.closed})"
+        )
+
+
+_NOTHING: object = object()
+
+
+class Merger(Generic[T]):
+    """Hands out what the producer sends next: a failed entry that is due, else a fresh item.
+
+    Fresh items are pulled from ``source`` only when there is room, so the source is never
+    read ahead of the inflow limit. One thread at a time calls ``next()``; failures may be
+    reported from any thread, including the one calling ``next()``.
+    """
+
+    __slots__ = ("_buffer", "_exhausted", "_held", "_source")
+
+    def __init__(self, buffer: RetryBuffer[T], source: Iterable[T]) -> None:
+        if not isinstance(buffer, RetryBuffer):
+            raise InvalidArgument(f"Merger needs a RetryBuffer, got {buffer!r}")
+        self._buffer = buffer
+        self._source: Iterator[T] = iter(source)
+        self._exhausted = False
+        # An item pulled from the source whose admission lost a race for room with another
+        # admitting thread; it goes first next time.
+        self._held: object = _NOTHING
+
+    @property
+    def exhausted(self) -> bool:
+        """The source has ended and every item taken from it has been admitted."""
+        return self._exhausted and self._held is _NOTHING
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will come: the source is exhausted and nothing is in flight."""
+        return self.exhausted and self._buffer._core.in_flight() == 0
+
+    def held(self) -> list[T]:
+        """Items taken from the source but not admitted yet (at most one)."""
+        return [] if self._held is _NOTHING else [self._held]  # type: ignore[list-item]  # _held is a T unless _NOTHING
+
+    def next(self, timeout: float | None = 0.0) -> Entry[T] | None:
+        """The next entry to send, waiting up to ``timeout`` seconds (None: no bound).
+
+        Returns None when nothing is due and there is no room (or the source is exhausted)
+        within the timeout; never waits longer, so the thread that reports failures may
+        call it too. Raises ``BufferClosed`` after the buffer is closed.
+        """
+        if timeout is not None and not timeout >= 0:
+            check_timeout(timeout)
+        entry = self._step()
+        if entry is not None or timeout == 0:
+            return entry
+        return self._wait(timeout)
+
+    def _pull(self) -> None:
+        try:
+            self._held = next(self._source)
+        except StopIteration:
+            self._exhausted = True
+
+    def _step(self) -> Entry[T] | None:
+        buf = self._buffer
+        core = buf._core
+        # Unlocked peek: pull a fresh item only if room is likely and no failure waits; the
+        # decision is re-made under the lock below.
+        if (
+            self._held is _NOTHING
+            and not self._exhausted
+            and not core._failed_depth
+            and len(core._live) < core._gate
+        ):
+            self._pull()
+        lock = buf._lock
+        lock.acquire()
+        try:
+            if core.closed:
+                raise BufferClosed("Merger.next(): the buffer is closed")
+            entry = core.take_failed()
+            held = self._held
+            if entry is None and held is not _NOTHING:
+                entry = core.try_admit(held)  # type: ignore[arg-type]  # held is a T here
+                if entry is not None:
+                    self._held = _NOTHING
+            finals = core.pop_finals()
+            if finals and buf._waiters:
+                buf._cond.notify_all()
+            pull_more = (
+                entry is None and self._held is _NOTHING and not self._exhausted and core.has_room()
+            )
+        finally:
+            lock.release()
+        if finals:
+            report_finals(finals, buf._on_final_failure)
+        if pull_more:
+            self._pull()
+            if self._held is not _NOTHING:
+                with lock:
+                    entry = core.try_admit(self._held)  # type: ignore[arg-type]  # a T
+                    if entry is not None:
+                        self._held = _NOTHING
+        return entry
+
+    def _can_progress(self) -> bool:
+        core = self._buffer._core
+        if core.next_due_in() == 0:
+            return True
+        return core.has_room() and (self._held is not _NOTHING or not self._exhausted)
+
+    def _wait(self, timeout: float | None) -> Entry[T] | None:
+        buf = self._buffer
+        core = buf._core
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            entry = self._step()
+            if entry is not None:
+                return entry
+            if self.finished:
+                return None
+            with buf._cond:
+                if core.closed:
+                    raise BufferClosed("Merger.next(): the buffer is closed")
+                if self._can_progress():
+                    continue  # something changed since _step looked
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                due_in = core.next_due_in()
+                if due_in is not None and (remaining is None or due_in < remaining):
+                    remaining = due_in
+                buf._waiters += 1
+                start = time.monotonic()
+                try:
+                    buf._cond.wait(remaining)
+                finally:
+                    buf._waiters -= 1
+                    core.wait_s += time.monotonic() - start

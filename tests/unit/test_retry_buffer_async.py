@@ -1,0 +1,124 @@
+"""The asyncio flavour: admission waits on the loop, outcomes come from plain callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from retry_buffer import (
+    AsyncMerger,
+    AsyncRetryBuffer,
+    BufferClosed,
+    Entry,
+    InflowTimeout,
+    RetryPolicy,
+)
+
+
+def test_admit_waits_for_room_freed_by_callbacks() -> None:
+    async def main() -> None:
+        buf: AsyncRetryBuffer[int] = AsyncRetryBuffer(max_in_flight=4)
+        loop = asyncio.get_running_loop()
+        delivered: list[int] = []
+
+        def on_done(entry: Entry[int]) -> None:
+            # A send future's done-callback: the first attempt fails and is sent again (from
+            # the loop, which is allowed here), the second succeeds.
+            if entry.attempts == 1:
+                assert buf.failed(entry, "NotEnoughReplicasError")
+                again = buf.take_failed()
+                assert again is entry
+                loop.call_later(0.0005, on_done, again)
+            else:
+                delivered.append(entry.item)
+                buf.delivered(entry)
+
+        for i in range(200):
+            entry = await buf.admit(i, timeout=10.0)
+            assert buf.in_flight <= 4
+            loop.call_later(0.0005, on_done, entry)
+        assert await buf.wait_idle(10.0)
+        assert sorted(delivered) == list(range(200))
+        stats = buf.statistics()
+        assert (stats.delivered, stats.retries, stats.peak_in_flight) == (200, 200, 4)
+        assert stats.wait_seconds > 0
+
+    asyncio.run(main())
+
+
+def test_async_admit_timeout_and_close() -> None:
+    async def main() -> None:
+        buf: AsyncRetryBuffer[str] = AsyncRetryBuffer(max_in_flight=1)
+        first = await buf.admit("a")
+        with pytest.raises(InflowTimeout):
+            await buf.admit("b", timeout=0)
+        start = time.monotonic()
+        with pytest.raises(InflowTimeout, match=r"timeout=0\.02"):
+            await buf.admit("b", timeout=0.02)
+        assert time.monotonic() - start >= 0.02
+        waiter = asyncio.ensure_future(buf.admit("c", timeout=10.0))
+        await asyncio.sleep(0)
+        assert buf.close() == [first]
+        with pytest.raises(BufferClosed):
+            await waiter
+        with pytest.raises(BufferClosed):
+            buf.delivered(first)
+
+    asyncio.run(main())
+
+
+def test_async_merger_single_task_fails_and_resends_everything() -> None:
+    async def source() -> AsyncIterator[int]:
+        for i in range(100):
+            yield i
+
+    async def main() -> None:
+        finals: list[int] = []
+        buf: AsyncRetryBuffer[int] = AsyncRetryBuffer(
+            max_in_flight=5,
+            policy=RetryPolicy(max_attempts=4),
+            on_final_failure=lambda e, err: finals.append(e.item),
+        )
+        merger = AsyncMerger(buf, source())
+        delivered: list[int] = []
+        rounds = 0
+        while not merger.finished:
+            rounds += 1
+            assert rounds < 10_000
+            outstanding = []
+            while (entry := await merger.next(timeout=0.005)) is not None:
+                outstanding.append(entry)
+            assert len(outstanding) <= 5
+            for entry in outstanding:
+                if entry.item % 10 == 0:
+                    buf.failed(entry, "fatal")  # fails until max_attempts
+                elif entry.attempts < 3:
+                    buf.failed(entry, "retriable")
+                else:
+                    delivered.append(entry.item)
+                    buf.delivered(entry)
+        assert sorted(finals) == list(range(0, 100, 10))
+        assert sorted(delivered + finals) == list(range(100))
+
+    asyncio.run(main())
+
+
+def test_async_merger_waits_for_room_from_another_task() -> None:
+    async def main() -> None:
+        buf: AsyncRetryBuffer[int] = AsyncRetryBuffer(max_in_flight=1)
+        merger = AsyncMerger(buf, [1, 2])
+        first = await merger.next()
+        assert first is not None
+        asyncio.get_running_loop().call_later(0.01, buf.delivered, first)
+        second = await merger.next(timeout=10.0)
+        assert second is not None
+        assert second.item == 2
+        assert await merger.next(timeout=0.01) is None
+        buf.delivered(second)
+        assert await merger.next(timeout=10.0) is None  # learns the source ended; no wait
+        assert merger.finished
+
+    asyncio.run(main())
