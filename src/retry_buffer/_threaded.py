@@ -279,6 +279,30 @@ class Merger(Generic[T]):
         """
         if timeout is not None and not timeout >= 0:
             check_timeout(timeout)
+        core = self._buffer._core
+        # Fast path, the common case: nothing failed, room, the source has an item. The
+        # unlocked peek only decides whether to read the source; admission is decided under
+        # the lock, and an item that lost the room to another admitting thread is held.
+        if (
+            self._held is _NOTHING
+            and not core._failed_depth
+            and not self._exhausted
+            and len(core._live) < core._gate
+        ):
+            try:
+                item = next(self._source)
+            except StopIteration:
+                self._exhausted = True
+            else:
+                lock = self._buffer._lock
+                lock.acquire()
+                try:
+                    entry = None if core.closed else core.try_admit(item)
+                finally:
+                    lock.release()
+                if entry is not None:
+                    return entry
+                self._held = item
         entry = self._step()
         if entry is not None or timeout == 0:
             return entry
@@ -307,13 +331,13 @@ class Merger(Generic[T]):
         try:
             if core.closed:
                 raise BufferClosed("Merger.next(): the buffer is closed")
-            entry = core.take_failed()
+            entry = core.take_failed() if core._failed_depth else None
             held = self._held
             if entry is None and held is not _NOTHING:
                 entry = core.try_admit(held)  # type: ignore[arg-type]  # held is a T here
                 if entry is not None:
                     self._held = _NOTHING
-            finals = core.pop_finals()
+            finals = core.pop_finals() if core._finals else None
             if finals and buf._waiters:
                 buf._cond.notify_all()
             pull_more = (

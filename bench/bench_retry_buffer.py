@@ -1,0 +1,120 @@
+"""Per-message cost of the retry buffer's hot path (issue 5): at most 1 microsecond, median.
+
+Each figure is the median over several runs of (run time / messages) for one message going
+through admission and its final outcome, with the buffer's default limit and one message in
+flight at a time (the uncontended path a producer takes when nothing fails). The reference is
+an empty loop making one Python function call per message, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+
+from harness import Figure, median_time
+from retry_buffer import AsyncRetryBuffer, Entry, Merger, RetryBuffer
+
+ISSUE = 5
+TARGET_US = 1.0
+BATCH = 64
+
+
+def _per_message_us(fn: Callable[[], object], n: int, repeat: int) -> float:
+    return median_time(fn, repeat=repeat) / n * 1e6
+
+
+def _reference(n: int) -> None:
+    def call(x: int) -> int:
+        return x
+
+    for i in range(n):
+        call(i)
+
+
+def _floor(n: int) -> None:
+    # What admission cannot avoid: one Entry object and one clock read per message.
+    clock = time.monotonic
+    for i in range(n):
+        Entry(i, i, clock())
+
+
+def _admit_delivered(n: int) -> None:
+    buf: RetryBuffer[int] = RetryBuffer()
+    admit = buf.admit
+    delivered = buf.delivered
+    for i in range(n):
+        delivered(admit(i))
+
+
+def _merger_delivered(n: int) -> None:
+    buf: RetryBuffer[int] = RetryBuffer()
+    take = Merger(buf, range(n)).next
+    delivered = buf.delivered
+    for _ in range(n):
+        entry = take()
+        assert entry is not None
+        delivered(entry)
+
+
+def _admit_many_delivered(n: int) -> None:
+    buf: RetryBuffer[int] = RetryBuffer()
+    admit_many = buf.admit_many
+    delivered = buf.delivered
+    batch = list(range(BATCH))
+    for _ in range(n // BATCH):
+        for entry in admit_many(batch):
+            delivered(entry)
+
+
+def _async_try_admit_delivered(n: int) -> None:
+    # The asyncio flavour's non-waiting path (try_admit is what an admit that finds room does).
+    buf: AsyncRetryBuffer[int] = AsyncRetryBuffer()
+    admit = buf.try_admit
+    delivered = buf.delivered
+    for i in range(n):
+        entry = admit(i)
+        assert entry is not None
+        delivered(entry)
+
+
+def run(quick: bool) -> list[Figure]:
+    n = 20_000 if quick else 200_000
+    n -= n % BATCH
+    repeat = 3 if quick else 9
+    ref = _per_message_us(partial(_reference, n), n, repeat)
+    floor = _per_message_us(partial(_floor, n), n, repeat)
+    scale = (
+        f"reference: empty loop with one call per message; floor (Entry + clock read): "
+        f"{floor:.3f} us"
+    )
+    cases = [
+        ("admit + delivered, per message (us)", _admit_delivered, scale),
+        ("Merger.next + delivered, per message (us)", _merger_delivered, scale),
+        (
+            f"admit_many({BATCH}) + delivered, per message (us)",
+            _admit_many_delivered,
+            "batch admission: one lock round per batch",
+        ),
+        (
+            "async try_admit + delivered, per message (us)",
+            _async_try_admit_delivered,
+            "asyncio flavour, no lock",
+        ),
+    ]
+    figures = []
+    for name, fn, note in cases:
+        value = _per_message_us(partial(fn, n), n, repeat)
+        figures.append(
+            Figure(
+                issue=ISSUE,
+                name=f"retry_buffer: {name}",
+                value=value,
+                reference=ref,
+                unit="us",
+                target=TARGET_US,
+                kind="absolute_max",
+                note=note,
+            )
+        )
+    return figures
