@@ -1,0 +1,200 @@
+"""ApiVersions, Metadata, DescribeCluster and InitProducerId."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from minibroker.errors import TopicError
+from minibroker.protocol.codec import build, encode_body, frame_with_body
+
+if TYPE_CHECKING:
+    from minibroker.server import ClusterRuntime, RequestContext
+
+__all__ = [
+    "broker_entries",
+    "handle_api_versions",
+    "handle_describe_cluster",
+    "handle_init_producer_id",
+    "handle_metadata",
+]
+
+logger = logging.getLogger(__name__)
+
+_NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def handle_api_versions(ctx: RequestContext, request: Any) -> None:
+    ctx.respond(
+        {
+            "error_code": 0,
+            "api_keys": [
+                {"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(ctx.cluster.available_versions.items())
+            ],
+            "throttle_time": 0,
+        }
+    )
+
+
+def broker_entries(cluster: ClusterRuntime, id_key: str) -> list[dict[str, Any]]:
+    """Registered (unfenced) brokers as Metadata/DescribeCluster list them."""
+    return [
+        {
+            id_key: b,
+            "host": cluster.brokers[b].host,
+            "port": cluster.brokers[b].port,
+            "rack": cluster.settings.rack(b),
+            "is_fenced": False,
+        }
+        for b in cluster.controller.registered_brokers()
+    ]
+
+
+def handle_metadata(ctx: RequestContext, request: Any) -> None:
+    cluster = ctx.cluster
+    controller = cluster.controller
+    version = ctx.api_version
+    requested = request.topics
+    names: tuple[str | None, ...] | None
+    if requested is None or (version == 0 and not requested):
+        names = None
+    else:
+        names = tuple(_requested_name(cluster, t) for t in requested)
+    allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
+    key = (version, names, allow_auto)
+    cls = ctx.response_class
+    body = cluster.cached_metadata(key)
+    if body is not None:
+        ctx.respond_frame(frame_with_body(cls, ctx.correlation_id, body))
+        return
+    errors: dict[str, tuple[ErrorCode, str]] = {}
+    if names is not None:
+        auto_create = allow_auto and cluster.settings.get_bool("auto.create.topics.enable")
+        for name in names:
+            if name is None or name in controller.topics:
+                continue
+            if not auto_create:
+                errors[name] = (ErrorCode.unknown_topic_or_partition, "unknown topic")
+                continue
+            try:
+                controller.create_topic(name, -1, -1, None, cluster.now())
+            except TopicError as exc:
+                errors[name] = (ErrorCode(exc.error_code), str(exc))
+    topic_names = list(controller.topics) if names is None else names
+    topics: list[dict[str, Any]] = []
+    for name in topic_names:
+        if name is None:
+            topics.append(
+                {
+                    "error_code": ErrorCode.unknown_topic_id,
+                    "name": None,
+                    "topic_id": None,
+                    "partitions": [],
+                }
+            )
+            continue
+        topic = controller.topics.get(name)
+        if topic is None:
+            error = errors.get(name, (ErrorCode.unknown_topic_or_partition, ""))[0]
+            topics.append({"error_code": error, "name": name, "topic_id": None, "partitions": []})
+            continue
+        partitions = []
+        for p in topic.partitions:
+            partitions.append(
+                {
+                    "error_code": 0 if p.leader >= 0 else ErrorCode.leader_not_available,
+                    "partition_index": p.index,
+                    "leader_id": p.leader,
+                    "leader_epoch": p.leader_epoch,
+                    "replica_nodes": p.replicas,
+                    "isr_nodes": p.isr,
+                    "offline_replicas": [r for r in p.replicas if controller.is_fenced(r)],
+                }
+            )
+        topics.append(
+            {
+                "error_code": 0,
+                "name": name,
+                "topic_id": topic.topic_id,
+                "is_internal": False,
+                "partitions": partitions,
+                "topic_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+            }
+        )
+    entity = build(
+        cls,
+        {
+            "throttle_time": 0,
+            "brokers": broker_entries(cluster, "node_id"),
+            "cluster_id": cluster.cluster_id,
+            "controller_id": controller.controller_id,
+            "topics": topics,
+            "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+            "error_code": 0,
+        },
+    )
+    body = encode_body(cls, entity)
+    if not errors:
+        cluster.cache_metadata(key, body)
+    ctx.respond_frame(frame_with_body(cls, ctx.correlation_id, body))
+
+
+def _requested_name(cluster: ClusterRuntime, topic: Any) -> str | None:
+    name = getattr(topic, "name", None)
+    if name is not None:
+        return str(name)
+    topic_id = getattr(topic, "topic_id", None)
+    for candidate in cluster.controller.topics.values():
+        if candidate.topic_id == topic_id:
+            return candidate.name
+    return None
+
+
+def handle_describe_cluster(ctx: RequestContext, request: Any) -> None:
+    cluster = ctx.cluster
+    ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "endpoint_type": 1,
+            "cluster_id": cluster.cluster_id,
+            "controller_id": cluster.controller.controller_id,
+            "brokers": broker_entries(cluster, "broker_id"),
+            "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+        }
+    )
+
+
+def handle_init_producer_id(ctx: RequestContext, request: Any) -> None:
+    if request.transactional_id is not None:
+        logger.warning(
+            "InitProducerId for transactional id %r refused: transactions are not supported",
+            request.transactional_id,
+        )
+        ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.transactional_id_authorization_failed,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+        )
+        return
+    producer_id = int(getattr(request, "producer_id", -1))
+    epoch = int(getattr(request, "producer_epoch", -1))
+    if producer_id >= 0 and epoch >= 0:
+        # KIP-360: an idempotent producer bumps its epoch after an unknown-outcome error
+        result = (producer_id, (epoch + 1) % 32767)
+    else:
+        result = (ctx.cluster.allocate_producer_id(), 0)
+    ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "producer_id": result[0],
+            "producer_epoch": result[1],
+        }
+    )

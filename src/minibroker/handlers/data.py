@@ -1,0 +1,329 @@
+"""The data path: Produce, Fetch (long poll) and ListOffsets.
+
+Batches travel as opaque bytes: Produce checks each batch header and CRC (``_batch``) and hands
+the blob to the partition leader, which patches offsets in place; Fetch returns whole stored
+batches joined into one records field. Nothing here parses records.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from minibroker._batch import BatchError, parse_batches
+from minibroker.replication import Partition
+from minibroker.server import FetchWaiter
+
+if TYPE_CHECKING:
+    from minibroker.server import RequestContext
+
+__all__ = ["handle_fetch", "handle_list_offsets", "handle_produce"]
+
+_NONE = ErrorCode.none
+_PRODUCE_RESPONSE_LEADER_HINT = 10  # KIP-951 current_leader in Produce responses from v10
+
+
+class _ProduceReply:
+    """Collects a Produce request's partition outcomes; answers when the last one is known."""
+
+    __slots__ = ("ctx", "pending", "topics")
+
+    def __init__(self, ctx: RequestContext, topics: list[dict[str, Any]]) -> None:
+        self.ctx = ctx
+        self.topics = topics
+        self.pending = 0
+
+    def waiter(self, entry: dict[str, Any]) -> Any:
+        def done(error: ErrorCode) -> None:
+            if error != _NONE:
+                entry["error_code"] = error
+                entry["base_offset"] = -1
+            self.pending -= 1
+            if self.pending == 0:
+                self.send()
+
+        return done
+
+    def send(self) -> None:
+        if not self.ctx.closed:
+            self.ctx.respond({"responses": self.topics, "throttle_time": 0})
+
+
+def _leader_hint(partition: Partition) -> dict[str, int]:
+    return {"leader_id": partition.leader, "leader_epoch": partition.leader_epoch}
+
+
+def handle_produce(ctx: RequestContext, request: Any) -> None:
+    controller = ctx.cluster.controller
+    broker_id = ctx.broker_id
+    acks = request.acks
+    now = time.monotonic()
+    deadline = now + request.timeout.total_seconds()
+    topics: list[dict[str, Any]] = []
+    reply = _ProduceReply(ctx, topics)
+    failed = False
+    for topic_data in request.topic_data:
+        topic = controller.topics.get(topic_data.name)
+        entries: list[dict[str, Any]] = []
+        topics.append({"name": topic_data.name, "partition_responses": entries})
+        for data in topic_data.partition_data:
+            entry: dict[str, Any] = {
+                "index": data.index,
+                "error_code": _NONE,
+                "base_offset": -1,
+                "log_start_offset": -1,
+                "record_errors": (),
+            }
+            entries.append(entry)
+            if acks not in (0, 1, -1):
+                entry["error_code"] = ErrorCode.invalid_required_acks
+                failed = True
+                continue
+            if topic is None or not 0 <= data.index < len(topic.partitions):
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                failed = True
+                continue
+            partition = topic.partitions[data.index]
+            if partition.leader != broker_id:
+                entry["error_code"] = ErrorCode.not_leader_or_follower
+                if ctx.api_version >= _PRODUCE_RESPONSE_LEADER_HINT and partition.leader >= 0:
+                    entry["current_leader"] = _leader_hint(partition)
+                failed = True
+                continue
+            records = data.records
+            headers = parse_batches(records or b"", topic.max_message_bytes)
+            if isinstance(headers, BatchError):
+                entry["error_code"] = ErrorCode(headers.error_code)
+                entry["error_message"] = headers.message
+                failed = True
+                continue
+            result = partition.append(bytearray(records), headers, acks=acks, now=now)
+            if result.error != _NONE:
+                entry["error_code"] = result.error
+                entry["error_message"] = result.message
+                failed = True
+                continue
+            entry["base_offset"] = result.base_offset
+            entry["log_start_offset"] = partition.leader_log.log_start_offset
+            if acks == -1:
+                outcome = partition.await_commit(result.next_offset, deadline, reply.waiter(entry))
+                if outcome is None:
+                    reply.pending += 1
+                elif outcome != _NONE:
+                    entry["error_code"] = outcome
+    if acks == 0:
+        ctx.no_response()
+        if failed:
+            # Kafka closes the connection so an acks=0 producer notices and refreshes metadata
+            ctx.close_connection("acks=0 produce failed on at least one partition")
+        return
+    if reply.pending == 0:
+        reply.send()
+
+
+def _epoch_error(requested: int, partition: Partition) -> ErrorCode | None:
+    if requested < 0 or requested == partition.leader_epoch:
+        return None
+    if requested < partition.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    return ErrorCode.unknown_leader_epoch
+
+
+class _Fetch:
+    """One Fetch request, answered at once or when data arrives or max wait passes."""
+
+    def __init__(self, ctx: RequestContext, request: Any) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.min_bytes = request.min_bytes
+        self.max_wait_s = request.max_wait.total_seconds()
+        self.waiter: FetchWaiter | None = None
+        self.watched: list[Partition] = []
+        self.timer: Any = None
+        self.wake_scheduled = False
+
+    def compute(self) -> tuple[dict[str, Any], int, bool]:
+        ctx = self.ctx
+        controller = ctx.cluster.controller
+        broker_id = ctx.broker_id
+        request = self.request
+        remaining = getattr(request, "max_bytes", 2**31 - 1)
+        read_committed = getattr(request, "isolation_level", 0) == 1
+        total = 0
+        errors = False
+        responses = []
+        self.watched = []
+        for fetch_topic in request.topics:
+            topic = controller.topics.get(fetch_topic.topic)
+            entries = []
+            for fetch_partition in fetch_topic.partitions:
+                entry: dict[str, Any] = {
+                    "partition_index": fetch_partition.partition,
+                    "error_code": _NONE,
+                    "high_watermark": -1,
+                    "last_stable_offset": -1,
+                    "log_start_offset": -1,
+                    "aborted_transactions": [] if read_committed else None,
+                    "preferred_read_replica": -1,
+                    "records": b"",
+                }
+                entries.append(entry)
+                index = fetch_partition.partition
+                if topic is None or not 0 <= index < len(topic.partitions):
+                    entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                    errors = True
+                    continue
+                partition = topic.partitions[index]
+                if partition.leader != broker_id:
+                    entry["error_code"] = ErrorCode.not_leader_or_follower
+                    if partition.leader >= 0:
+                        entry["current_leader"] = _leader_hint(partition)
+                    errors = True
+                    continue
+                epoch_error = _epoch_error(
+                    getattr(fetch_partition, "current_leader_epoch", -1), partition
+                )
+                if epoch_error is not None:
+                    entry["error_code"] = epoch_error
+                    errors = True
+                    continue
+                log = partition.leader_log
+                high_watermark = log.high_watermark
+                # No transactions, so the last stable offset is the high watermark.
+                entry["high_watermark"] = high_watermark
+                entry["last_stable_offset"] = high_watermark
+                entry["log_start_offset"] = log.log_start_offset
+                offset = fetch_partition.fetch_offset
+                if offset < log.log_start_offset or offset > log.log_end_offset:
+                    entry["error_code"] = ErrorCode.offset_out_of_range
+                    errors = True
+                    continue
+                self.watched.append(partition)
+                if offset < high_watermark and remaining > 0:
+                    chunks = log.read(
+                        offset, min(fetch_partition.partition_max_bytes, remaining), high_watermark
+                    )
+                    if chunks:
+                        records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                        entry["records"] = records
+                        total += len(records)
+                        remaining -= len(records)
+            responses.append({"topic": fetch_topic.topic, "partitions": entries})
+        values = {"throttle_time": 0, "error_code": _NONE, "session_id": 0, "responses": responses}
+        return values, total, errors
+
+    def start(self) -> None:
+        values, size, errors = self.compute()
+        if errors or size >= self.min_bytes or self.max_wait_s <= 0:
+            self.ctx.respond(values)
+            return
+        if not self.watched:
+            self.ctx.respond(values)
+            return
+        cluster = self.ctx.cluster
+        self.waiter = FetchWaiter(self.wake)
+        cluster.watch(self.watched, self.waiter)
+        self.timer = cluster.loop.call_later(self.max_wait_s, self.finish)
+
+    def wake(self) -> None:
+        if not self.wake_scheduled:
+            self.wake_scheduled = True
+            self.ctx.cluster.loop.call_soon(self.retry)
+
+    def retry(self) -> None:
+        self.wake_scheduled = False
+        if self.waiter is None:
+            return
+        if self.ctx.closed:
+            self.cleanup()
+            return
+        values, size, errors = self.compute()
+        if errors or size >= self.min_bytes:
+            self.cleanup()
+            self.ctx.respond(values)
+
+    def finish(self) -> None:
+        if self.waiter is None:
+            return
+        self.cleanup()
+        if not self.ctx.closed:
+            self.ctx.respond(self.compute()[0])
+
+    def cleanup(self) -> None:
+        if self.waiter is not None:
+            self.ctx.cluster.unwatch(self.watched, self.waiter)
+            self.waiter = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def handle_fetch(ctx: RequestContext, request: Any) -> None:
+    session_id = getattr(request, "session_id", 0)
+    if session_id != 0:
+        # minibroker never creates fetch sessions (KIP-227 lets a broker decline), so any id
+        # a client sends is one we do not know.
+        ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.fetch_session_id_not_found,
+                "session_id": 0,
+                "responses": [],
+            }
+        )
+        return
+    _Fetch(ctx, request).start()
+
+
+_EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL = -2, -1, -3, -4
+
+
+def handle_list_offsets(ctx: RequestContext, request: Any) -> None:
+    controller = ctx.cluster.controller
+    topics = []
+    for list_topic in request.topics:
+        topic = controller.topics.get(list_topic.name)
+        entries = []
+        for item in list_topic.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": item.partition_index,
+                "error_code": _NONE,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            entries.append(entry)
+            index = item.partition_index
+            if topic is None or not 0 <= index < len(topic.partitions):
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                continue
+            partition = topic.partitions[index]
+            if partition.leader != ctx.broker_id:
+                entry["error_code"] = ErrorCode.not_leader_or_follower
+                continue
+            epoch_error = _epoch_error(getattr(item, "current_leader_epoch", -1), partition)
+            if epoch_error is not None:
+                entry["error_code"] = epoch_error
+                continue
+            log = partition.leader_log
+            high_watermark = log.high_watermark
+            entry["leader_epoch"] = partition.leader_epoch
+            timestamp = item.timestamp
+            if timestamp == _LATEST:
+                entry["offset"] = high_watermark
+            elif timestamp in (_EARLIEST, _EARLIEST_LOCAL):
+                entry["offset"] = log.log_start_offset
+            elif timestamp == _MAX_TIMESTAMP:
+                found = log.max_timestamp_offset(high_watermark)
+                if found is not None:
+                    entry["offset"], entry["timestamp"] = found
+            elif timestamp >= 0:
+                found = log.offset_for_timestamp(timestamp, high_watermark)
+                if found is not None:
+                    entry["offset"], entry["timestamp"] = found
+            else:
+                entry["error_code"] = ErrorCode.invalid_request
+        topics.append({"name": list_topic.name, "partitions": entries})
+    ctx.respond({"throttle_time": 0, "topics": topics})

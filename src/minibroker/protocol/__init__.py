@@ -1,0 +1,1 @@
+"""Kafka wire protocol: framing, kio-based decoding/encoding, and the versions minibroker serves."""

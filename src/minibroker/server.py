@@ -1,0 +1,569 @@
+"""The asyncio shell: listeners, connections, follower fetchers and the housekeeping tick.
+
+Everything runs on one event loop. Each broker is a TCP listener whose connections decode
+requests with kio and hand them to the handlers; responses leave in request order per connection
+(clients match them by order). The replication model's follower fetch is in-process: when a
+leader appends, every follower broker that can reach it gets a fetch scheduled on the loop (the
+in-process equivalent of a fetcher thread's long poll returning), copies the new batches into its
+own ``ReplicaLog`` and reports its new log end, which advances the high watermark. A periodic
+tick re-fetches idle partitions (so caught-up followers stay in the ISR), lets the controller
+notice stopped brokers, shrinks ISRs, expires waiting writes and drives the group coordinator.
+
+Faults act on this shell: a stopped broker's listener and connections close and its fetcher
+stops; an isolated broker's fetches to and from other brokers are cut (clients still reach it,
+and the controller still hears from it, as in the seed scenario where one leader keeps running
+with an ISR of itself); a slow broker applies each fetch ``delay`` after making it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import struct
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from minibroker.config import BrokerSettings, ConfigStore
+from minibroker.controller import Controller
+from minibroker.errors import BrokerStateError
+from minibroker.protocol.codec import (
+    MalformedRequest,
+    build,
+    decode_request,
+    encode_response,
+    peek_header,
+    response_class,
+)
+from minibroker.protocol.versions import API_NAMES, SUPPORTED_VERSIONS, is_supported
+from minibroker.replication import FollowerFetch, Partition
+
+__all__ = ["BrokerRuntime", "ClusterRuntime", "RequestContext"]
+
+logger = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">i")
+_API_VERSIONS = 18
+
+
+class RequestContext:
+    """One request being served: who asked, and how to answer (at most once, in order)."""
+
+    __slots__ = (
+        "_slot",
+        "api_key",
+        "api_version",
+        "broker",
+        "client_id",
+        "cluster",
+        "connection",
+        "correlation_id",
+    )
+
+    def __init__(
+        self,
+        connection: Connection,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        client_id: str | None,
+    ) -> None:
+        self.connection = connection
+        self.broker = connection.broker
+        self.cluster = connection.broker.cluster
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self._slot = connection.reserve_slot()
+
+    @property
+    def broker_id(self) -> int:
+        return self.broker.broker_id
+
+    @property
+    def response_class(self) -> type[Any]:
+        return response_class(self.api_key, self.api_version)
+
+    @property
+    def closed(self) -> bool:
+        return self.connection.closed
+
+    def respond(self, values: Mapping[str, Any]) -> None:
+        cls = self.response_class
+        self.respond_frame(encode_response(cls, self.correlation_id, build(cls, values)))
+
+    def respond_frame(self, frame: bytes) -> None:
+        self.connection.fill_slot(self._slot, frame)
+
+    def no_response(self) -> None:
+        """acks=0 Produce: Kafka sends nothing back."""
+        self.connection.release_slot(self._slot)
+
+    def close_connection(self, reason: str) -> None:
+        self.connection.close(reason)
+
+
+class _Slot:
+    __slots__ = ("frame",)
+
+    def __init__(self) -> None:
+        self.frame: bytes | None = None
+
+
+class Connection(asyncio.Protocol):
+    """One client connection to one broker."""
+
+    def __init__(self, broker: BrokerRuntime) -> None:
+        self.broker = broker
+        self.closed = False
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._slots: deque[_Slot] = deque()
+        self._peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.broker.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._slots.clear()
+        self.broker.connections.discard(self)
+
+    def close(self, reason: str) -> None:
+        if not self.closed:
+            logger.warning(
+                "Broker %d closes the connection from %s: %s",
+                self.broker.broker_id,
+                self._peer,
+                reason,
+            )
+            self.abort()
+
+    def abort(self) -> None:
+        self.closed = True
+        self._slots.clear()
+        if self._transport is not None:
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        position = 0
+        limit = self.broker.cluster.socket_request_max_bytes
+        available = len(buffer)
+        while available - position >= 4 and not self.closed:
+            size = _LENGTH.unpack_from(buffer, position)[0]
+            if size < 0 or size > limit:
+                self.close(
+                    f"request frame of {size} bytes exceeds socket.request.max.bytes {limit}"
+                    if size > limit
+                    else f"negative frame length {size}"
+                )
+                return
+            end = position + 4 + size
+            if end > available:
+                break
+            frame = bytes(buffer[position + 4 : end])
+            position = end
+            self._dispatch(frame)
+        if self.closed:
+            return
+        if position:
+            del buffer[:position]
+
+    def _dispatch(self, frame: bytes) -> None:
+        cluster = self.broker.cluster
+        try:
+            api_key, api_version, correlation_id = peek_header(frame)
+        except MalformedRequest as exc:
+            self.close(str(exc))
+            return
+        if not is_supported(api_key, api_version, cluster.available_versions):
+            if api_key == _API_VERSIONS:
+                # KIP-511: answer in v0 format, listing what we do support
+                self.fill_slot(
+                    self.reserve_slot(), cluster.unsupported_api_versions_frame(correlation_id)
+                )
+                return
+            name = API_NAMES.get(api_key, f"unknown api key {api_key}")
+            self.close(f"{name} v{api_version} is not supported")
+            return
+        try:
+            request = decode_request(frame)
+        except MalformedRequest as exc:
+            self.close(f"malformed request: {exc}")
+            return
+        context = RequestContext(self, api_key, api_version, correlation_id, request.client_id)
+        try:
+            cluster.handlers[api_key](context, request.body)
+        except Exception:
+            logger.exception(
+                "Broker %d failed serving %s v%d from %s",
+                self.broker.broker_id,
+                API_NAMES.get(api_key, api_key),
+                api_version,
+                self._peer,
+            )
+            self.close("internal error while serving the request")
+
+    # responses leave in request order
+    def reserve_slot(self) -> _Slot:
+        slot = _Slot()
+        self._slots.append(slot)
+        return slot
+
+    def release_slot(self, slot: _Slot) -> None:
+        try:
+            self._slots.remove(slot)
+        except ValueError:
+            return
+        self._flush()
+
+    def fill_slot(self, slot: _Slot, frame: bytes) -> None:
+        if self.closed:
+            return
+        slot.frame = frame
+        if self._slots and self._slots[0] is slot:
+            self._flush()
+
+    def _flush(self) -> None:
+        slots = self._slots
+        if not slots or slots[0].frame is None or self._transport is None:
+            return
+        ready: list[bytes] = []
+        while slots and slots[0].frame is not None:
+            ready.append(slots.popleft().frame)  # type: ignore[arg-type]
+        self._transport.writelines(ready)
+
+
+class BrokerRuntime:
+    """One broker: its listener, its connections, and the faults applied to it."""
+
+    def __init__(self, cluster: ClusterRuntime, broker_id: int, host: str, port: int) -> None:
+        self.cluster = cluster
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.connections: set[Connection] = set()
+        self.isolated = False
+        self.replication_delay_s = 0.0
+        self._server: asyncio.Server | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self), self.host, self.port, reuse_address=True, backlog=128
+        )
+        if self.port == 0:
+            self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for connection in list(self.connections):
+            connection.abort()
+        self.connections.clear()
+
+
+class FetchWaiter:
+    """A Fetch long poll waiting for data (woken when a watched partition changes)."""
+
+    __slots__ = ("wake",)
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+
+
+class ClusterRuntime:
+    """The running cluster on its event loop: brokers, controller, replication, groups."""
+
+    def __init__(
+        self,
+        *,
+        broker_ids: tuple[int, ...],
+        settings: BrokerSettings,
+        host: str,
+        ports: Mapping[int, int],
+        cluster_id: str | None = None,
+    ) -> None:
+        from minibroker.handlers import HANDLERS  # handlers import this module's types
+
+        self.settings = settings
+        self.configs = ConfigStore(settings)
+        self.cluster_id = cluster_id or uuid.uuid4().hex[:22]
+        self.controller = Controller(
+            broker_ids=broker_ids, configs=self.configs, listener=self, now=time.monotonic()
+        )
+        self.brokers = {b: BrokerRuntime(self, b, host, ports.get(b, 0)) for b in broker_ids}
+        self.handlers = HANDLERS
+        self.available_versions = {k: v for k, v in SUPPORTED_VERSIONS.items() if k in HANDLERS}
+        self.socket_request_max_bytes = settings.get_int("socket.request.max.bytes")
+        self.metadata_cache: dict[object, bytes] = {}
+        self._metadata_cache_version = -1
+        self._producer_ids = itertools.count(1000)
+        self._dirty: dict[int, set[Partition]] = {b: set() for b in broker_ids}
+        self._fetch_scheduled: set[int] = set()
+        self._fetch_in_flight: set[int] = set()
+        self._watchers: dict[Partition, set[FetchWaiter]] = {}
+        lag_s = settings.get_int("replica.lag.time.max.ms") / 1000
+        session_s = settings.get_int("broker.session.timeout.ms") / 1000
+        self._tick_s = max(0.005, min(0.1, lag_s / 4, session_s / 4))
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.groups: Any = None
+        self._closed = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            await asyncio.gather(*(b.start() for b in self.brokers.values()))
+        except BaseException:
+            for broker in self.brokers.values():
+                broker.stop()
+            raise
+        self._schedule_tick()
+        logger.info("minibroker cluster %s up: %s", self.cluster_id, self.bootstrap_servers)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        for broker in self.brokers.values():
+            broker.stop()
+        for partition in list(self.controller.partitions()):
+            partition.close(_not_leader())
+        await asyncio.sleep(0)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{b.host}:{b.port}" for b in self.brokers.values())
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    # ----------------------------------------------------------------- PartitionListener
+
+    def appended(self, partition: Partition) -> None:
+        leader = partition.leader
+        for follower in partition.replicas:
+            if follower != leader and self.can_replicate(follower, leader):
+                self._dirty[follower].add(partition)
+                self._schedule_fetch(follower)
+
+    def high_watermark_advanced(self, partition: Partition) -> None:
+        watchers = self._watchers.get(partition)
+        if watchers:
+            for waiter in list(watchers):
+                waiter.wake()
+
+    def state_changed(self, partition: Partition) -> None:
+        self.high_watermark_advanced(partition)  # fetch waiters re-check (errors now apply)
+        for follower in partition.followers():
+            if self.can_replicate(follower, partition.leader):
+                self._dirty[follower].add(partition)
+                self._schedule_fetch(follower)
+
+    # ----------------------------------------------------------------- metadata cache
+
+    def cached_metadata(self, key: object) -> bytes | None:
+        if self._metadata_cache_version != self.controller.metadata_version:
+            self.metadata_cache.clear()
+            self._metadata_cache_version = self.controller.metadata_version
+            return None
+        return self.metadata_cache.get(key)
+
+    def cache_metadata(self, key: object, body: bytes) -> None:
+        if self._metadata_cache_version == self.controller.metadata_version:
+            self.metadata_cache[key] = body
+
+    def unsupported_api_versions_frame(self, correlation_id: int) -> bytes:
+        cls = response_class(_API_VERSIONS, 0)
+        values = {
+            "error_code": 35,
+            "api_keys": [
+                {"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in sorted(self.available_versions.items())
+            ],
+        }
+        return encode_response(cls, correlation_id, build(cls, values))
+
+    def allocate_producer_id(self) -> int:
+        return next(self._producer_ids)
+
+    # ----------------------------------------------------------------- fetch long polls
+
+    def watch(self, partitions: Iterable[Partition], waiter: FetchWaiter) -> None:
+        for partition in partitions:
+            self._watchers.setdefault(partition, set()).add(waiter)
+
+    def unwatch(self, partitions: Iterable[Partition], waiter: FetchWaiter) -> None:
+        for partition in partitions:
+            watchers = self._watchers.get(partition)
+            if watchers is not None:
+                watchers.discard(waiter)
+                if not watchers:
+                    del self._watchers[partition]
+
+    # ----------------------------------------------------------------- replication
+
+    def can_replicate(self, follower: int, leader: int) -> bool:
+        if leader < 0 or follower == leader:
+            return False
+        source, target = self.brokers[leader], self.brokers[follower]
+        return source.running and target.running and not source.isolated and not target.isolated
+
+    def _schedule_fetch(self, follower: int) -> None:
+        if follower in self._fetch_scheduled or follower in self._fetch_in_flight:
+            return
+        self._fetch_scheduled.add(follower)
+        self.loop.call_soon(self._run_fetch, follower)
+
+    def _run_fetch(self, follower: int) -> None:
+        """One fetcher round for ``follower``: fetch every dirty partition, apply, report."""
+        self._fetch_scheduled.discard(follower)
+        broker = self.brokers[follower]
+        while not self._closed:
+            dirty = self._dirty[follower]
+            if not dirty:
+                return
+            self._dirty[follower] = set()
+            if not broker.running:
+                return
+            now = time.monotonic()
+            fetched: list[tuple[Partition, FollowerFetch]] = []
+            for partition in dirty:
+                if self.can_replicate(follower, partition.leader):
+                    result = partition.fetch_for_follower(follower, now)
+                    if result is not None:
+                        fetched.append((partition, result))
+            if not fetched:
+                return
+            if broker.replication_delay_s > 0:
+                self._fetch_in_flight.add(follower)
+                self.loop.call_later(
+                    broker.replication_delay_s, self._apply_delayed, follower, fetched
+                )
+                return
+            self._apply(follower, fetched)
+
+    def _apply(self, follower: int, fetched: list[tuple[Partition, FollowerFetch]]) -> None:
+        dirty = self._dirty[follower]
+        for partition, result in fetched:
+            if partition.apply_fetch(follower, result):
+                dirty.add(partition)  # the next fetch reports the new log end
+
+    def _apply_delayed(self, follower: int, fetched: list[tuple[Partition, FollowerFetch]]) -> None:
+        self._fetch_in_flight.discard(follower)
+        if self._closed or not self.brokers[follower].running:
+            return
+        self._apply(follower, fetched)
+        self._run_fetch(follower)
+
+    def refresh_followers(self, only: int | None = None) -> None:
+        """Mark every followed partition for a fetch (idle followers report they are caught up)."""
+        for partition in self.controller.partitions():
+            leader = partition.leader
+            if leader < 0:
+                continue
+            for follower in partition.replicas:
+                if (only is None or only in (follower, leader)) and self.can_replicate(
+                    follower, leader
+                ):
+                    self._dirty[follower].add(partition)
+        for follower, dirty in self._dirty.items():
+            if dirty:
+                if self.brokers[follower].replication_delay_s > 0:
+                    self._schedule_fetch(follower)
+                elif follower not in self._fetch_in_flight:
+                    self._run_fetch(follower)
+
+    # ----------------------------------------------------------------- housekeeping
+
+    def _schedule_tick(self) -> None:
+        if not self._closed:
+            self._tick_handle = self.loop.call_later(self._tick_s, self._tick)
+
+    def _tick(self) -> None:
+        try:
+            self.refresh_followers()
+            now = time.monotonic()
+            self.controller.tick(now)
+            if self.groups is not None:
+                self.groups.tick(now)
+        except Exception:
+            logger.exception("minibroker housekeeping failed")
+        finally:
+            self._schedule_tick()
+
+    # ----------------------------------------------------------------- faults
+
+    def broker(self, broker_id: int) -> BrokerRuntime:
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            raise BrokerStateError(
+                f"there is no broker {broker_id!r}; the brokers are {sorted(self.brokers)}"
+            )
+        return broker
+
+    def stop_broker(self, broker_id: int) -> None:
+        broker = self.broker(broker_id)
+        if not broker.running:
+            raise BrokerStateError(f"broker {broker_id} is already stopped")
+        broker.stop()
+        self._dirty[broker_id].clear()
+        self.controller.broker_stopped(broker_id, time.monotonic())
+        logger.warning("Broker %d stopped (listener closed, connections dropped)", broker_id)
+
+    async def start_broker(self, broker_id: int) -> None:
+        broker = self.broker(broker_id)
+        if broker.running:
+            raise BrokerStateError(f"broker {broker_id} is already running")
+        await broker.start()
+        self.controller.broker_started(broker_id, time.monotonic())
+        logger.warning("Broker %d started on %s:%d", broker_id, broker.host, broker.port)
+        self.refresh_followers(only=broker_id)
+
+    def isolate_broker(self, broker_id: int) -> None:
+        broker = self.broker(broker_id)
+        broker.isolated = True
+        logger.warning("Broker %d isolated: replication to and from it is cut", broker_id)
+
+    def heal_broker(self, broker_id: int) -> None:
+        broker = self.broker(broker_id)
+        broker.isolated = False
+        logger.warning("Broker %d healed: replication resumes", broker_id)
+        self.refresh_followers(only=broker_id)
+
+    def slow_broker(self, broker_id: int, delay_ms: float) -> None:
+        broker = self.broker(broker_id)
+        if delay_ms < 0:
+            raise BrokerStateError(f"delay_ms must be >= 0, got {delay_ms}")
+        broker.replication_delay_s = delay_ms / 1000
+        logger.warning("Broker %d replication delayed by %s ms", broker_id, delay_ms)
+        self.refresh_followers(only=broker_id)
+
+
+def _not_leader() -> Any:
+    from kio.schema.errors import ErrorCode
+
+    return ErrorCode.not_leader_or_follower
