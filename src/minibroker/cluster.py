@@ -189,7 +189,7 @@ class AsyncCluster:
         )
 
     def delete_topic(self, name: str) -> None:
-        self._live().controller.delete_topic(name)
+        self._live().delete_topic(name)
 
     def topics(self) -> list[str]:
         return sorted(self._live().controller.topics)

@@ -124,12 +124,14 @@ class Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._slots: deque[_Slot] = deque()
         self._peer = "?"
+        self.peer_host = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_host = f"/{peer[0]}" if peer else ""
         self.broker.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -300,6 +302,7 @@ class ClusterRuntime:
         cluster_id: str | None = None,
     ) -> None:
         from minibroker.handlers import HANDLERS  # handlers import this module's types
+        from minibroker.handlers.consumer_groups import GroupService
 
         self.settings = settings
         self.configs = ConfigStore(settings)
@@ -323,8 +326,8 @@ class ClusterRuntime:
         self._tick_s = max(0.005, min(0.1, lag_s / 4, session_s / 4))
         self._tick_handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.groups: Any = None
         self._closed = False
+        self.groups = GroupService(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -508,12 +511,16 @@ class ClusterRuntime:
             self.refresh_followers()
             now = time.monotonic()
             self.controller.tick(now)
-            if self.groups is not None:
-                self.groups.tick(now)
+            self.groups.tick(now)
         except Exception:
             logger.exception("minibroker housekeeping failed")
         finally:
             self._schedule_tick()
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and every group's committed offsets for it."""
+        self.controller.delete_topic(name)
+        self.groups.coordinator.remove_topic_offsets(name)
 
     # ----------------------------------------------------------------- faults
 

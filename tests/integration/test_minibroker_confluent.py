@@ -86,3 +86,74 @@ def test_idempotent_producer_delivers_each_message_once(cluster: Cluster) -> Non
     _produce(cluster, "idem", 1000, **{"enable.idempotence": True, "linger.ms": 1})
     values = _consume_assigned(cluster, "idem", 3, 1000)
     assert sorted(values) == sorted(f"m{i}".encode() for i in range(1000))
+
+
+def _group_consumer(cluster: Cluster, group: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 200,
+        }
+    )
+
+
+def _poll_until(consumers: list[Consumer], done: object, timeout_s: float = 30) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not (callable(done) and done(got)):
+        for consumer in consumers:
+            for msg in consumer.consume(500, 0.05):
+                assert msg.error() is None, msg.error()
+                got.append(msg)
+    return got
+
+
+def test_group_of_two_shares_partitions_and_rebalances_when_one_leaves(cluster: Cluster) -> None:
+    cluster.create_topic("grouped", partitions=4, replication_factor=3)
+    _produce(cluster, "grouped", 200, acks="all")
+    first, second = _group_consumer(cluster, "pair"), _group_consumer(cluster, "pair")
+    first.subscribe(["grouped"])
+    second.subscribe(["grouped"])
+    try:
+        got = _poll_until([first, second], lambda g: len(g) >= 200)
+        assert sorted(m.value() or b"" for m in got) == sorted(f"m{i}".encode() for i in range(200))
+
+        def both_assigned(_: list[Message]) -> bool:
+            return len(first.assignment()) == 2 and len(second.assignment()) == 2
+
+        _poll_until([first, second], both_assigned)
+        assert both_assigned([])
+        second.close()
+
+        def first_has_all(_: list[Message]) -> bool:
+            return len(first.assignment()) == 4
+
+        _poll_until([first], first_has_all)
+        assert sorted(tp.partition for tp in first.assignment()) == [0, 1, 2, 3]
+    finally:
+        first.close()
+
+
+def test_restarted_consumer_resumes_from_its_committed_offset(cluster: Cluster) -> None:
+    cluster.create_topic("resume", partitions=1, replication_factor=3)
+    _produce(cluster, "resume", 100, acks="all")
+    consumer = _group_consumer(cluster, "resumer")
+    consumer.subscribe(["resume"])
+    try:
+        got = _poll_until([consumer], lambda g: len(g) >= 40)
+        first_part = sorted(got, key=lambda m: m.offset() or 0)[:40]
+        consumer.commit(message=first_part[-1], asynchronous=False)
+    finally:
+        consumer.close()
+    restarted = _group_consumer(cluster, "resumer")
+    restarted.subscribe(["resume"])
+    try:
+        rest = _poll_until([restarted], lambda g: len(g) >= 60)
+        assert min(m.offset() or 0 for m in rest) == 40
+        assert len(rest) == 60
+    finally:
+        restarted.close()

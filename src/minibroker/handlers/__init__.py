@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from minibroker.handlers import admin, basic, data
+from minibroker.handlers import admin, basic, consumer_groups, data
 
 if TYPE_CHECKING:
     from minibroker.server import RequestContext
@@ -24,6 +24,15 @@ HANDLERS: Mapping[int, Handler] = {
     1: data.handle_fetch,
     2: data.handle_list_offsets,
     3: basic.handle_metadata,
+    8: consumer_groups.handle_offset_commit,
+    9: consumer_groups.handle_offset_fetch,
+    10: consumer_groups.handle_find_coordinator,
+    11: consumer_groups.handle_join_group,
+    12: consumer_groups.handle_heartbeat,
+    13: consumer_groups.handle_leave_group,
+    14: consumer_groups.handle_sync_group,
+    15: consumer_groups.handle_describe_groups,
+    16: consumer_groups.handle_list_groups,
     18: basic.handle_api_versions,
     19: admin.handle_create_topics,
     20: admin.handle_delete_topics,

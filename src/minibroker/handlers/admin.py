@@ -146,12 +146,11 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> None:
             entry["error_code"] = ErrorCode.unknown_topic_id
             continue
         try:
-            deleted = controller.delete_topic(name)
-        except TopicError as exc:
-            entry["error_code"] = ErrorCode(exc.error_code)
-            entry["error_message"] = str(exc)
-            continue
-        entry["topic_id"] = deleted.topic_id
+            entry["topic_id"] = controller.topics[name].topic_id
+            ctx.cluster.delete_topic(name)
+        except (KeyError, TopicError):
+            entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            entry["error_message"] = f"topic {name!r} does not exist"
     ctx.respond({"throttle_time": 0, "responses": responses})
 
 
