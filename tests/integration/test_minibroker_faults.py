@@ -1,0 +1,236 @@
+"""Replication faults seen by a real client (confluent-kafka): isolation, crash, elections.
+
+Clusters here use short replica.lag.time.max.ms and broker.session.timeout.ms so the ISR and
+the controller react within a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from minibroker import Cluster, PartitionState
+
+FAST = {"replica.lag.time.max.ms": "300", "broker.session.timeout.ms": "300"}
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def produce_to(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int],
+    count: int = 1,
+    prefix: str = "",
+    **config: object,
+) -> dict[int, list[KafkaError | None]]:
+    """Produce ``count`` messages to each partition; the delivery error per message."""
+    outcomes: dict[int, list[KafkaError | None]] = {p: [] for p in partitions}
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        outcomes[msg.partition() or 0].append(err)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **config})
+    for partition in partitions:
+        for i in range(count):
+            producer.produce(
+                topic,
+                value=f"{prefix}{partition}-{i}".encode(),
+                partition=partition,
+                on_delivery=on_delivery,
+            )
+    assert producer.flush(30) == 0
+    return outcomes
+
+
+def consume_all(bootstrap: str, topic: str, partition: int, expected: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "check",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(values) < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.2):
+                assert msg.error() is None, msg.error()
+                values.append(msg.value() or b"")
+        # give a late extra message the chance to show up
+        for msg in consumer.consume(1000, 0.3):
+            values.append(msg.value() or b"")
+        return values
+    finally:
+        consumer.close()
+
+
+def isr_seen_by_client(bootstrap: str, topic: str, partition: int) -> list[int]:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    metadata = producer.list_topics(topic, timeout=10)
+    return sorted(metadata.topics[topic].partitions[partition].isrs)
+
+
+def test_isolated_leader_keeps_only_itself_in_sync_and_refuses_acks_all() -> None:
+    with Cluster(brokers=3, config={"min.insync.replicas": "2", **FAST}) as cluster:
+        cluster.create_topic("iso", partitions=3, replication_factor=3)
+        leader = cluster.partition_state("iso", 0).leader
+        others = [p for p in range(3) if cluster.partition_state("iso", p).leader != leader]
+        started = time.monotonic()
+        cluster.isolate_broker(leader)
+        wait_for(
+            lambda: cluster.partition_state("iso", 0).isr == (leader,),
+            0.3 + 1.0,
+            "the isolated leader's ISR to shrink to itself",
+        )
+        assert time.monotonic() - started <= 1.3
+        # every broker's Metadata shows the shrunk ISR
+        assert isr_seen_by_client(cluster.bootstrap_servers, "iso", 0) == [leader]
+
+        outcomes = produce_to(cluster.bootstrap_servers, "iso", [0, *others], retries=0)
+        assert [e.code() if e else None for e in outcomes[0]] == [KafkaError.NOT_ENOUGH_REPLICAS]
+        for partition in others:
+            assert outcomes[partition] == [None]
+
+        cluster.heal_broker(leader)
+        wait_for(
+            lambda: len(cluster.partition_state("iso", 0).isr) == 3,
+            5,
+            "the ISR to expand again after healing",
+        )
+        assert produce_to(cluster.bootstrap_servers, "iso", [0], retries=0) == {0: [None]}
+
+
+def test_acknowledged_writes_survive_a_leader_crash() -> None:
+    with Cluster(brokers=3, config={"min.insync.replicas": "2", **FAST}) as cluster:
+        cluster.create_topic("durable", partitions=1, replication_factor=3)
+        leader = cluster.partition_state("durable", 0).leader
+        acked: list[bytes] = []
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                acked.append(msg.value() or b"")
+
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "linger.ms": 2,
+                "message.timeout.ms": 20000,
+            }
+        )
+        for i in range(3000):
+            producer.produce("durable", value=f"v{i}".encode(), on_delivery=on_delivery)
+            if i == 1500:
+                producer.poll(0)
+                cluster.stop_broker(leader)
+            if i % 100 == 0:
+                producer.poll(0)
+        assert producer.flush(30) == 0
+        state = cluster.partition_state("durable", 0)
+        assert state.leader not in (leader, -1)
+        assert state.leader_epoch >= 1
+        assert len(acked) > 1500
+        consumed = consume_all(cluster.bootstrap_servers, "durable", 0, len(acked))
+        assert set(acked) <= set(consumed)
+
+
+def _unreplicated_suffix_setup(cluster: Cluster) -> tuple[int, int]:
+    """RF=2: replicate 50 messages, cut the follower off, write 30 more, crash the leader."""
+    cluster.create_topic("suffix", partitions=1, replication_factor=2)
+    state = cluster.partition_state("suffix", 0)
+    leader, follower = state.leader, next(r for r in state.replicas if r != state.leader)
+    produce_to(cluster.bootstrap_servers, "suffix", [0], count=50)
+    wait_for(lambda: cluster.partition_state("suffix", 0).high_watermark == 50, 5, "replication")
+    cluster.isolate_broker(follower)
+    wait_for(lambda: cluster.partition_state("suffix", 0).isr == (leader,), 2, "the ISR to shrink")
+    extra = produce_to(cluster.bootstrap_servers, "suffix", [0], count=30, prefix="late", acks="1")
+    assert extra[0] == [None] * 30
+    assert cluster.partition_state("suffix", 0).log_end_offset == 80
+    cluster.stop_broker(leader)
+    cluster.heal_broker(follower)  # healing after the crash: the suffix never reached it
+    return leader, follower
+
+
+def test_unclean_election_loses_exactly_the_unreplicated_suffix() -> None:
+    config = {"unclean.leader.election.enable": "true", **FAST}
+    with Cluster(brokers=2, config=config) as cluster:
+        old_leader, follower = _unreplicated_suffix_setup(cluster)
+        wait_for(
+            lambda: cluster.partition_state("suffix", 0).leader == follower,
+            3,
+            "the unclean election of the out-of-sync follower",
+        )
+        values = consume_all(cluster.bootstrap_servers, "suffix", 0, 50)
+        assert sorted(values) == sorted(f"0-{i}".encode() for i in range(50))
+        cluster.start_broker(old_leader)
+        # the returning replica truncates to the new leader's log: the suffix is gone
+        wait_for(
+            lambda: (
+                dict(cluster.partition_state("suffix", 0).replica_log_end_offsets)
+                == {old_leader: 50, follower: 50}
+            ),
+            5,
+            "the old leader to truncate its suffix",
+        )
+
+
+def test_without_unclean_election_the_partition_waits_offline_for_its_isr() -> None:
+    with Cluster(brokers=2, config=FAST) as cluster:
+        old_leader, _ = _unreplicated_suffix_setup(cluster)
+        wait_for(
+            lambda: cluster.partition_state("suffix", 0).leader == -1,
+            3,
+            "the partition to go offline",
+        )
+        time.sleep(0.5)  # the controller has had time to elect, and must not
+        state = cluster.partition_state("suffix", 0)
+        assert (state.leader, state.isr) == (-1, (old_leader,))
+        cluster.start_broker(old_leader)
+        wait_for(
+            lambda: cluster.partition_state("suffix", 0).leader == old_leader,
+            3,
+            "the last ISR member to be elected when it returns",
+        )
+        values = consume_all(cluster.bootstrap_servers, "suffix", 0, 80)
+        assert len(values) == 80
+
+
+def test_stopping_two_of_five_brokers_degrades_exactly_the_partitions_on_both() -> None:
+    with Cluster(brokers=5, config={"min.insync.replicas": "2", **FAST}) as cluster:
+        cluster.create_topic("wide", partitions=12, replication_factor=3)
+        on_both = {
+            p for p in range(12) if {4, 5} <= set(cluster.partition_state("wide", p).replicas)
+        }
+        assert on_both  # the placement puts some partitions on both brokers
+        cluster.stop_broker(4)
+        cluster.stop_broker(5)
+
+        def states() -> list[PartitionState]:
+            return [cluster.partition_state("wide", p) for p in range(12)]
+
+        wait_for(
+            lambda: all(not {4, 5} & set(s.isr) and s.leader > 0 for s in states()),
+            3,
+            "brokers 4 and 5 to be fenced out of every ISR",
+        )
+        assert {s.partition for s in states() if len(s.isr) == 1} == on_both
+        outcomes = produce_to(cluster.bootstrap_servers, "wide", list(range(12)), retries=0)
+        refused = {
+            p
+            for p, errors in outcomes.items()
+            if errors[0] is not None and errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS
+        }
+        assert refused == on_both
+        assert all(outcomes[p] == [None] for p in range(12) if p not in on_both)
