@@ -1,5 +1,60 @@
-"""Kafka producers that route around partitions below min.insync.replicas and lose nothing."""
+"""Kafka producers that route around partitions below min.insync.replicas and lose nothing.
+
+``FailoverProducer`` wraps confluent-kafka; the pure core (``health``, ``choose``,
+``quarantine``, ``errors``) is client-agnostic and also serves the asyncio producer.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from failover_partitioner._config import FailoverConfigWarning
+from failover_partitioner._message import DeliveryReport, UndeliveredMessage
+from failover_partitioner.choose import NO_PARTITION, ChoiceOptions, PartitionChooser
+from failover_partitioner.errors import (
+    ConfigError,
+    ErrorClass,
+    FailoverError,
+    MetadataUnavailable,
+    NoUsablePartition,
+    ProducerClosed,
+    ProduceTimeout,
+    classify,
+)
+from failover_partitioner.health import (
+    PartitionHealth,
+    PartitionMetadata,
+    PartitionView,
+    TopicMetadata,
+    TopicView,
+)
+from failover_partitioner.metrics import MetricsSnapshot
+from failover_partitioner.producer import FailoverProducer, ProducerStatistics
+from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
+
+# The asyncio producer (aiokafka) is exported here as AsyncFailoverProducer, from aio.py.
+
+__all__ = [
+    "NO_PARTITION",
+    "ChoiceOptions",
+    "ConfigError",
+    "DeliveryReport",
+    "ErrorClass",
+    "FailoverConfigWarning",
+    "FailoverError",
+    "FailoverProducer",
+    "MetadataUnavailable",
+    "MetricsSnapshot",
+    "NoUsablePartition",
+    "PartitionChooser",
+    "PartitionHealth",
+    "PartitionMetadata",
+    "PartitionView",
+    "ProduceTimeout",
+    "ProducerClosed",
+    "ProducerStatistics",
+    "Quarantine",
+    "QuarantinePolicy",
+    "TopicMetadata",
+    "TopicView",
+    "UndeliveredMessage",
+    "classify",
+]

@@ -15,17 +15,19 @@ object), because allocations on the delivery path are what costs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["DeliveryReport", "Headers", "UndeliveredMessage"]
 
-Headers = list[tuple[str, bytes | None]]
+Headers = list[tuple[str, str | bytes | None]]
 """Headers as the producer keeps them: a list of (name, value) pairs, in order."""
 
 # confluent-kafka's timestamp types (TIMESTAMP_NOT_AVAILABLE, TIMESTAMP_CREATE_TIME), repeated
 # here so the record stays client-agnostic.
 _TIMESTAMP_NOT_AVAILABLE = 0
 _TIMESTAMP_CREATE_TIME = 1
+
+_R = TypeVar("_R", bound="DeliveryReport")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +41,7 @@ class UndeliveredMessage:
     topic: str
     value: bytes | str | None
     key: bytes | str | None
-    headers: tuple[tuple[str, bytes | None], ...] | None
+    headers: tuple[tuple[str, str | bytes | None], ...] | None
     timestamp: int | None
     attempts: int
     last_error: object | None
@@ -51,90 +53,91 @@ class DeliveryReport:
 
     Accessors mirror ``confluent_kafka.Message``: ``topic() partition() offset() key() value()
     headers() timestamp() error() latency()``.
+
+    Fields (set by the producer; a record is built with :meth:`new` or, on a hot path, by
+    assigning ``_m``, ``_cb``, ``_entry``, ``_partition`` and ``_attempts`` directly):
+    ``_m`` = ``(topic, value, key, headers, timestamp)``; ``_cb`` the user's callback or None;
+    ``_entry`` the retry buffer's entry; ``_partition`` and ``_attempts`` of the last attempt.
+    ``_msg`` (the client's report), ``_error`` and ``_dup`` are set only when there is
+    something to say, so readers use ``getattr`` with a default.
     """
 
-    __slots__ = (
-        "_attempts",
-        "_cb",
-        "_dup",
-        "_entry",
-        "_error",
-        "_headers",
-        "_key",
-        "_msg",
-        "_partition",
-        "_timestamp",
-        "_topic",
-        "_value",
-    )
+    __slots__ = ("_attempts", "_cb", "_dup", "_entry", "_error", "_m", "_msg", "_partition")
 
-    def __init__(
-        self,
+    _m: tuple[str, bytes | str | None, bytes | str | None, Headers | None, int | None]
+    _cb: Any
+    _entry: Any
+    _partition: int
+    _attempts: int
+    _msg: Any
+    _error: Any
+    _dup: bool
+
+    @classmethod
+    def new(
+        cls: type[_R],
         topic: str,
-        value: bytes | str | None,
-        key: bytes | str | None,
-        headers: Headers | None,
-        timestamp: int | None,
-        cb: Any,
-    ) -> None:
-        self._topic = topic
-        self._value = value
-        self._key = key
-        self._headers = headers
-        self._timestamp = timestamp
-        self._cb = cb
-        self._attempts = 0
-        self._partition = -1
-        self._msg: Any = None
-        self._error: Any = None
-        self._dup = False
-        self._entry: Any = None
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+        cb: Any = None,
+    ) -> _R:
+        rec = cls()
+        rec._m = (topic, value, key, headers, timestamp)
+        rec._cb = cb
+        rec._entry = None
+        rec._partition = -1
+        rec._attempts = 0
+        return rec
 
     # -- confluent_kafka.Message-compatible accessors -------------------------------------
 
     def topic(self) -> str:
-        return self._topic
+        return self._m[0]
 
     def partition(self) -> int:
         """The partition of the last attempt (the final one once the outcome is known)."""
-        msg = self._msg
+        msg = getattr(self, "_msg", None)
         if msg is not None:
             return int(msg.partition())
         return self._partition
 
     def offset(self) -> int | None:
         """The offset written, or None when the message was not delivered."""
-        msg = self._msg
-        if msg is None or self._error is not None:
+        msg = getattr(self, "_msg", None)
+        if msg is None or getattr(self, "_error", None) is not None:
             return None
         off = msg.offset()
         return None if off is None or off < 0 else int(off)
 
     def key(self) -> bytes | str | None:
-        return self._key
+        return self._m[2]
 
     def value(self) -> bytes | str | None:
-        return self._value
+        return self._m[1]
 
     def headers(self) -> Headers | None:
-        return None if self._headers is None else list(self._headers)
+        headers = self._m[3]
+        return None if headers is None else list(headers)
 
     def timestamp(self) -> tuple[int, int]:
         """``(type, ms)`` as confluent-kafka gives it; the first attempt's time is kept."""
-        msg = self._msg
+        msg = getattr(self, "_msg", None)
         if msg is not None:
             t = msg.timestamp()
             return int(t[0]), int(t[1])
-        if self._timestamp is None:
+        ts = self._m[4]
+        if ts is None:
             return _TIMESTAMP_NOT_AVAILABLE, 0
-        return _TIMESTAMP_CREATE_TIME, self._timestamp
+        return _TIMESTAMP_CREATE_TIME, ts
 
     def error(self) -> Any:
         """The final error, or None when delivered."""
-        return self._error
+        return getattr(self, "_error", None)
 
     def latency(self) -> float | None:
-        latency = getattr(self._msg, "latency", None)
+        latency = getattr(getattr(self, "_msg", None), "latency", None)
         return None if latency is None else float(latency())
 
     # -- what confluent-kafka's Message does not have ---------------------------------------
@@ -145,24 +148,24 @@ class DeliveryReport:
 
     def possibly_duplicated(self) -> bool:
         """True when an earlier attempt may also have been written (an ambiguous failure)."""
-        return self._dup
+        return getattr(self, "_dup", False)
 
     def undelivered(self, *, in_flight: bool = False) -> UndeliveredMessage:
         """This message as an :class:`UndeliveredMessage`."""
-        headers = self._headers
+        topic, value, key, headers, timestamp = self._m
         return UndeliveredMessage(
-            topic=self._topic,
-            value=self._value,
-            key=self._key,
+            topic=topic,
+            value=value,
+            key=key,
             headers=None if headers is None else tuple(headers),
-            timestamp=self._timestamp,
+            timestamp=timestamp,
             attempts=self._attempts,
-            last_error=self._error,
-            possibly_delivered=self._dup or (in_flight and self._attempts > 0),
+            last_error=getattr(self, "_error", None),
+            possibly_delivered=self.possibly_duplicated() or (in_flight and self._attempts > 0),
         )
 
     def __repr__(self) -> str:
         return (
-            f"DeliveryReport(topic={self._topic!r}, partition={self.partition()}, "
-            f"offset={self.offset()}, attempts={self._attempts}, error={self._error!r})"
+            f"DeliveryReport(topic={self._m[0]!r}, partition={self.partition()}, "
+            f"offset={self.offset()}, attempts={self._attempts}, error={self.error()!r})"
         )

@@ -1,0 +1,182 @@
+"""The producer's settings: the user's client config (never mutated) and the library's options.
+
+The inner confluent-kafka client runs with few retries and a short delivery timeout unless the
+user set them: librdkafka retries a partition it cannot move to ("messages are only
+partitioned once", librdkafka #2295), and with its default of endless retries a min-ISR
+refusal reaches the application minutes later as ``_MSG_TIMED_OUT`` instead of as
+NOT_ENOUGH_REPLICAS. With ``retries=0`` the real error arrives within a round trip and the
+message can be produced again elsewhere at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from failover_partitioner.choose import ChoiceOptions
+from failover_partitioner.errors import ConfigError
+
+__all__ = ["CLIENT_DEFAULTS", "ClientSettings", "FailoverConfigWarning", "client_settings"]
+
+
+class FailoverConfigWarning(UserWarning):
+    """A client setting works against failover (for instance, it delays rerouting)."""
+
+
+# Applied only when the user has not set the key (or one of its aliases).
+CLIENT_DEFAULTS: Mapping[str, Any] = {
+    "retries": 0,
+    "message.timeout.ms": 10_000,
+    "request.timeout.ms": 5_000,
+}
+
+_ALIASES: Mapping[str, tuple[str, ...]] = {
+    "retries": ("retries", "message.send.max.retries"),
+    "message.timeout.ms": ("message.timeout.ms", "delivery.timeout.ms"),
+    "request.timeout.ms": ("request.timeout.ms",),
+}
+
+# Keys that only the Python layer of confluent-kafka reads; they stay with the producer.
+_PYTHON_ONLY = ("on_delivery", "delivery.report.only.error")
+
+REROUTE_WARNING_S = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientSettings:
+    """What to hand the inner client, plus the user's callback settings taken out of it."""
+
+    client_conf: dict[str, Any]
+    default_on_delivery: Callable[[Any, Any], None] | None
+    report_only_errors: bool
+    warnings: tuple[str, ...] = field(default=())
+
+
+def _user_value(conf: Mapping[str, Any], canonical: str) -> tuple[str, Any] | None:
+    for name in _ALIASES[canonical]:
+        if name in conf:
+            return name, conf[name]
+    return None
+
+
+def _as_number(name: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"client setting {name}={value!r} is not a number; librdkafka expects an integer"
+        ) from None
+    if math.isnan(number):
+        raise ConfigError(f"client setting {name}={value!r} is not a number")
+    return number
+
+
+def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
+    """Validate ``conf`` and derive the inner client's config from a copy of it."""
+    if not isinstance(conf, Mapping):
+        raise ConfigError(
+            f"conf must be a dict of confluent-kafka settings, got {type(conf).__name__}"
+        )
+    bad_keys = [k for k in conf if not isinstance(k, str)]
+    if bad_keys:
+        raise ConfigError(f"conf keys must be strings (librdkafka property names), got {bad_keys}")
+    if "bootstrap.servers" not in conf and "test.mock.num.brokers" not in conf:
+        raise ConfigError(
+            "conf has no 'bootstrap.servers'; give the cluster's addresses, "
+            "e.g. {'bootstrap.servers': 'host:9092'}"
+        )
+    if "transactional.id" in conf:
+        raise ConfigError(
+            "conf sets 'transactional.id': transactions pin messages to partitions for "
+            "exactly-once, which re-producing elsewhere cannot honour; use a plain Producer"
+        )
+    cb = conf.get("on_delivery")
+    if cb is not None and not callable(cb):
+        raise ConfigError(f"conf['on_delivery'] must be callable(err, msg), got {cb!r}")
+    only_errors = conf.get("delivery.report.only.error", False)
+    if isinstance(only_errors, str):
+        only_errors = only_errors.strip().lower() in ("true", "1")
+    client_conf = {k: v for k, v in conf.items() if k not in _PYTHON_ONLY}
+    found: list[str] = []
+    for canonical, default in CLIENT_DEFAULTS.items():
+        user = _user_value(conf, canonical)
+        if user is None:
+            client_conf[canonical] = default
+        else:
+            found.append(canonical)
+    warnings: list[str] = []
+    for canonical in ("message.timeout.ms", "request.timeout.ms"):
+        user = _user_value(conf, canonical)
+        if user is None:
+            continue
+        name, value = user
+        ms = _as_number(name, value)
+        if ms == 0 or ms > REROUTE_WARNING_S * 1000:
+            shown = "no limit" if ms == 0 else f"{ms / 1000:g} s"
+            warnings.append(
+                f"{name}={value!r} lets a failed or stuck message wait {shown} before it is "
+                f"rerouted (more than {REROUTE_WARNING_S:g} s); leave it unset to use "
+                f"{CLIENT_DEFAULTS[canonical]} ms"
+            )
+    retries = _user_value(conf, "retries")
+    if retries is not None:
+        name, value = retries
+        n = _as_number(name, value)
+        timeout = _user_value(conf, "message.timeout.ms")
+        timeout_ms = (
+            CLIENT_DEFAULTS["message.timeout.ms"]
+            if timeout is None
+            else _as_number(timeout[0], timeout[1])
+        )
+        if n > 0 and (timeout_ms == 0 or timeout_ms > REROUTE_WARNING_S * 1000):
+            warnings.append(
+                f"{name}={value!r}: librdkafka retries a refused message on the same partition "
+                "until its delivery timeout, so NOT_ENOUGH_REPLICAS reaches the producer late "
+                "(as _MSG_TIMED_OUT); leave retries unset (0) for rerouting within a round trip"
+            )
+    return ClientSettings(
+        client_conf=client_conf,
+        default_on_delivery=cb,
+        report_only_errors=bool(only_errors),
+        warnings=tuple(warnings),
+    )
+
+
+def check_positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """``value`` as seconds; a :class:`ConfigError` naming ``name`` when it is not usable."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or math.isinf(value):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
+
+
+def check_count(name: str, value: object, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        extra = "None or " if optional else ""
+        raise ConfigError(f"{name} must be {extra}an int >= 1, got {value!r}")
+    return value
+
+
+def choice_options(
+    *,
+    strategy: object,
+    key_policy: object,
+    headroom: object,
+    client_rack: object,
+    sticky_messages: object,
+    sticky_bytes: object,
+) -> ChoiceOptions:
+    return ChoiceOptions(
+        strategy=strategy,  # type: ignore[arg-type]  # validated by ChoiceOptions itself
+        key_policy=key_policy,  # type: ignore[arg-type]
+        headroom=headroom,  # type: ignore[arg-type]
+        client_rack=client_rack,  # type: ignore[arg-type]
+        sticky_messages=sticky_messages,  # type: ignore[arg-type]
+        sticky_bytes=sticky_bytes,  # type: ignore[arg-type]
+    )

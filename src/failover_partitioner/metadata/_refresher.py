@@ -1,0 +1,344 @@
+"""The background metadata refresher and its (pure) schedule.
+
+Metadata is fetched every ``refresh_s``, every ``fast_refresh_s`` while one of the topic's
+partitions is quarantined (to notice its recovery, or learn what broke, soon), and at once when
+the producer asks (a delivery error that calls for it), but never more often than
+``min_gap_s``. min.insync.replicas changes rarely and costs a DescribeConfigs round trip, so it
+is asked every ``min_isr_refresh_s``. A failed fetch keeps the last metadata (its age grows,
+visible through :meth:`MetadataRefresher.age_s`) and is tried again with back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tenacity import Retrying, stop_after_attempt, stop_after_delay, wait_exponential
+
+from failover_partitioner.errors import ConfigError, MetadataUnavailable
+from failover_partitioner.health import TopicMetadata
+from failover_partitioner.metadata._source import MetadataSource, MinIsr, PartitionsAnswer
+
+__all__ = ["MetadataRefresher", "RefreshSchedule"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _TopicSchedule:
+    due_at: float
+    min_isr_due_at: float
+    fast: bool = False
+    last_attempt_at: float | None = None
+    last_success_at: float | None = None
+    failures: int = 0
+
+
+class RefreshSchedule:
+    """When each watched topic is due for a metadata fetch (pure: the caller passes the time)."""
+
+    def __init__(
+        self,
+        *,
+        refresh_s: float,
+        fast_refresh_s: float,
+        min_isr_refresh_s: float,
+        min_gap_s: float = 0.05,
+        retry_max_s: float = 5.0,
+    ) -> None:
+        for name, value in (
+            ("metadata_refresh_s", refresh_s),
+            ("fast_refresh_s", fast_refresh_s),
+            ("min_isr_refresh_s", min_isr_refresh_s),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+        self.refresh_s = float(refresh_s)
+        self.fast_refresh_s = min(float(fast_refresh_s), self.refresh_s)
+        self.min_isr_refresh_s = float(min_isr_refresh_s)
+        self.min_gap_s = min_gap_s
+        self.retry_max_s = retry_max_s
+        self._topics: dict[str, _TopicSchedule] = {}
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._topics
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(self._topics)
+
+    def add(self, topic: str, now: float) -> None:
+        if topic not in self._topics:
+            self._topics[topic] = _TopicSchedule(due_at=now, min_isr_due_at=now)
+
+    def request(self, topic: str, now: float) -> None:
+        """Fetch ``topic`` as soon as allowed (not sooner than ``min_gap_s`` after the last)."""
+        s = self._topics.get(topic)
+        if s is None:
+            return
+        earliest = now if s.last_attempt_at is None else s.last_attempt_at + self.min_gap_s
+        s.due_at = min(s.due_at, max(now, earliest))
+
+    def set_fast(self, topic: str, fast: bool, now: float) -> None:
+        s = self._topics.get(topic)
+        if s is None or s.fast == fast:
+            return
+        s.fast = fast
+        if fast:
+            s.due_at = min(s.due_at, now + self.fast_refresh_s)
+
+    def due(self, now: float) -> list[str]:
+        return [t for t, s in self._topics.items() if s.due_at <= now]
+
+    def min_isr_due(self, topic: str, now: float) -> bool:
+        s = self._topics.get(topic)
+        return s is not None and s.min_isr_due_at <= now
+
+    def fetched(self, topic: str, now: float, *, ok: bool) -> None:
+        s = self._topics.get(topic)
+        if s is None:
+            return
+        s.last_attempt_at = now
+        if ok:
+            s.failures = 0
+            s.last_success_at = now
+            s.due_at = now + (self.fast_refresh_s if s.fast else self.refresh_s)
+        else:
+            s.failures += 1
+            backoff = min(self.retry_max_s, 0.1 * 2 ** min(s.failures - 1, 16))
+            s.due_at = now + min(backoff, self.fast_refresh_s if s.fast else self.refresh_s)
+
+    def min_isr_fetched(self, topic: str, now: float, *, ok: bool) -> None:
+        s = self._topics.get(topic)
+        if s is not None:
+            # Not known: ask again sooner, but not on every metadata fetch.
+            s.min_isr_due_at = now + (
+                self.min_isr_refresh_s if ok else min(self.min_isr_refresh_s, 30.0)
+            )
+
+    def last_success_at(self, topic: str) -> float | None:
+        s = self._topics.get(topic)
+        return None if s is None else s.last_success_at
+
+    def next_due_at(self) -> float | None:
+        return min((s.due_at for s in self._topics.values()), default=None)
+
+
+def min_isr_option(value: object) -> int | Mapping[str, int] | None:
+    def check(v: object, where: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"min_insync_replicas{where} must be an int >= 1, got {v!r}")
+        return v
+
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): check(v, f"[{k!r}]") for k, v in value.items()}
+    return check(value, "")
+
+
+class MetadataRefresher:
+    """Keeps every watched topic's metadata fresh on a daemon thread of its own.
+
+    ``on_update(metadata)`` is called (on that thread, or on the caller's in :meth:`fetch_now`)
+    with each successful fetch. ``min_insync_replicas``: an int for every topic, or a mapping
+    topic -> int; topics it does not name use the cluster's value (DescribeConfigs), else 1.
+    """
+
+    def __init__(
+        self,
+        source: MetadataSource,
+        on_update: Callable[[TopicMetadata], None],
+        *,
+        min_insync_replicas: int | Mapping[str, int] | None = None,
+        refresh_s: float = 30.0,
+        fast_refresh_s: float = 0.5,
+        min_isr_refresh_s: float = 300.0,
+        request_timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "failover-metadata",
+    ) -> None:
+        self._source = source
+        self._on_update = on_update
+        self._option = min_isr_option(min_insync_replicas)
+        if (
+            isinstance(request_timeout_s, bool)
+            or not isinstance(request_timeout_s, (int, float))
+            or not request_timeout_s > 0
+        ):
+            raise ConfigError(
+                f"metadata request_timeout_s must be a number of seconds > 0, "
+                f"got {request_timeout_s!r}"
+            )
+        self._timeout_s = float(request_timeout_s)
+        self._clock = clock
+        self._schedule = RefreshSchedule(
+            refresh_s=refresh_s, fast_refresh_s=fast_refresh_s, min_isr_refresh_s=min_isr_refresh_s
+        )
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._metadata: dict[str, TopicMetadata] = {}
+        self._min_isr: dict[str, MinIsr] = {}
+        self._warned_default: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = False
+
+    # -- the caller's side ------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._started and not self._closed:
+                self._started = True
+                self._thread.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with self._lock:
+            self._closed = True
+        self._wake.set()
+        if self._started and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def watch(self, topic: str) -> None:
+        with self._lock:
+            self._schedule.add(topic, self._clock())
+        self._wake.set()
+
+    def request_refresh(self, topic: str) -> None:
+        """Fetch ``topic`` again soon. Cheap and non-blocking: safe in a delivery callback."""
+        with self._lock:
+            self._schedule.request(topic, self._clock())
+        self._wake.set()
+
+    def set_fast(self, topic: str, fast: bool) -> None:
+        with self._lock:
+            self._schedule.set_fast(topic, fast, self._clock())
+        self._wake.set()
+
+    def metadata(self, topic: str) -> TopicMetadata | None:
+        return self._metadata.get(topic)
+
+    def age_s(self, topic: str) -> float | None:
+        """Seconds since ``topic``'s metadata was last fetched successfully (None: never)."""
+        md = self._metadata.get(topic)
+        return None if md is None else max(0.0, self._clock() - md.fetched_at)
+
+    def fetch_now(self, topic: str, timeout_s: float) -> TopicMetadata:
+        """Fetch ``topic`` on the calling thread (never from a delivery callback), retrying
+        until ``timeout_s``; start watching it. Raises :class:`MetadataUnavailable`."""
+        self.watch(topic)
+        deadline = self._clock() + timeout_s
+        md = self._fetch(topic, deadline=deadline, min_isr_budget_s=min(1.0, timeout_s / 2))
+        if md is None:
+            raise MetadataUnavailable(
+                f"no metadata for topic {topic!r} within {timeout_s:g} s; check "
+                "bootstrap.servers and that the cluster is reachable (the producer keeps "
+                "trying in the background)"
+            )
+        return md
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                now = self._clock()
+                due = self._schedule.due(now)
+                next_at = self._schedule.next_due_at()
+            for topic in due:
+                if self._is_closed():
+                    return
+                self._fetch(topic, deadline=self._clock() + self._timeout_s, min_isr_budget_s=None)
+            with self._lock:
+                next_at = self._schedule.next_due_at()
+            wait = 1.0 if next_at is None else max(0.0, min(1.0, next_at - self._clock()))
+            if wait > 0:
+                self._wake.wait(wait)
+                self._wake.clear()
+
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    def _fetch(
+        self, topic: str, *, deadline: float, min_isr_budget_s: float | None
+    ) -> TopicMetadata | None:
+        min_isr = self._resolve_min_isr(topic, min_isr_budget_s)
+        try:
+            answer = self._partitions_with_retries(topic, deadline)
+        except Exception as exc:
+            with self._lock:
+                self._schedule.fetched(topic, self._clock(), ok=False)
+            last = self._metadata.get(topic)
+            logger.warning(
+                "metadata for topic %s could not be fetched (%s); keeping the last view, %s old",
+                topic,
+                exc,
+                "never fetched" if last is None else f"{self._clock() - last.fetched_at:.1f} s",
+            )
+            return None
+        now = self._clock()
+        md = TopicMetadata(
+            topic=topic,
+            partitions=answer.partitions,
+            min_insync_replicas=min_isr.value,
+            min_isr_source=min_isr.source,
+            exists=answer.exists,
+            fetched_at=now,
+        )
+        with self._lock:
+            self._schedule.fetched(topic, now, ok=True)
+            self._metadata[topic] = md
+        self._on_update(md)
+        return md
+
+    def _partitions_with_retries(self, topic: str, deadline: float) -> PartitionsAnswer:
+        def attempt() -> PartitionsAnswer:
+            remaining = max(0.05, deadline - self._clock())
+            return self._source.partitions(topic, remaining)
+
+        retrying = Retrying(
+            stop=stop_after_attempt(4) | stop_after_delay(max(0.0, deadline - self._clock())),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        )
+        return retrying(attempt)
+
+    def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr:
+        option = self._option
+        if isinstance(option, int):
+            return MinIsr(value=option, source="option")
+        if option is not None and topic in option:
+            return MinIsr(value=option[topic], source="option")
+        now = self._clock()
+        with self._lock:
+            cached = self._min_isr.get(topic)
+            due = self._schedule.min_isr_due(topic, now)
+        if cached is not None and not due:
+            return cached
+        if due:
+            timeout = self._timeout_s if budget_s is None else budget_s
+            try:
+                answer = self._source.min_insync_replicas(topic, timeout)
+            except Exception as exc:
+                logger.info("min.insync.replicas of topic %s not available: %s", topic, exc)
+                answer = None
+            with self._lock:
+                self._schedule.min_isr_fetched(topic, self._clock(), ok=answer is not None)
+                if answer is not None:
+                    self._min_isr[topic] = answer
+                    cached = answer
+        if cached is not None:
+            return cached
+        if topic not in self._warned_default:
+            self._warned_default.add(topic)
+            logger.warning(
+                "min.insync.replicas of topic %s is unknown (DescribeConfigs failed or is not "
+                "allowed); assuming 1 until it can be read. Pass min_insync_replicas= to set it",
+                topic,
+            )
+        return MinIsr(value=1, source="default")

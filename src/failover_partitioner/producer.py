@@ -1,0 +1,1004 @@
+"""``FailoverProducer``: confluent-kafka's Producer, routing around partitions under min ISR.
+
+Theory of operation (DESIGN.md sections 1, 3 and 4):
+
+* **Inflow.** ``produce`` counts a message in and its final outcome (delivered, failed
+  finally, handed back by ``close``) counts it out; while ``max_in_flight`` messages are in,
+  ``produce`` waits (serving callbacks), then raises :class:`ProduceTimeout`. The two counts are
+  ``itertools.count`` objects, whose ``next()`` is atomic, so producing and polling threads
+  need no lock on the hot path.
+* **First attempts** go straight to the client with an explicit ``partition=`` chosen from
+  the topic's current :class:`~failover_partitioner.health.TopicView` (confluent-kafka cannot
+  take a Python partitioner). A message without a callback or headers needs no record of its
+  own: the producer's one delivery callback counts it out, and if it failed, rebuilds it from
+  the client's report (topic, key, value, timestamp are all there). Other messages carry a
+  record (a :class:`DeliveryReport` subclass whose ``__call__`` is the callback, so no closure
+  is made per message).
+* **Failures** are classified (:func:`~failover_partitioner.errors.classify`); the partition
+  is quarantined at once when the error says so, and the message enters the
+  :class:`retry_buffer.RetryBuffer`, the failed buffer with its retry policy. It can never
+  overflow: its capacity is the in-flight limit, and every message in it is counted in flight.
+  The callback never calls ``poll``, ``flush`` or ``list_topics``: inside a delivery callback
+  that re-enters librdkafka.
+* **Retries** are produced again, as new messages with a new partition choice, from the
+  caller's side: at the start of ``produce`` and in ``poll``/``flush``.
+* **Metadata** is refreshed on a thread of its own (:mod:`failover_partitioner.metadata`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import confluent_kafka
+from confluent_kafka import KafkaError
+
+from failover_partitioner._config import (
+    FailoverConfigWarning,
+    check_count,
+    check_positive_number,
+    choice_options,
+    client_settings,
+)
+from failover_partitioner._message import DeliveryReport, Headers, UndeliveredMessage
+from failover_partitioner.choose import ChoiceOptions, PartitionChooser
+from failover_partitioner.errors import (
+    ConfigError,
+    FailoverError,
+    MetadataUnavailable,
+    NoUsablePartition,
+    ProducerClosed,
+    ProduceTimeout,
+    classify,
+)
+from failover_partitioner.health import (
+    PartitionHealth,
+    TopicMetadata,
+    TopicView,
+    partition_health,
+)
+from failover_partitioner.metadata import MetadataRefresher
+from failover_partitioner.metadata._refresher import min_isr_option
+from failover_partitioner.metadata.confluent import ConfluentMetadataSource, admin_config
+from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
+from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
+from retry_buffer import Entry, RetryBuffer, RetryPolicy
+
+__all__ = ["DeadLetterHook", "DeliveryCallback", "FailoverProducer", "ProducerStatistics"]
+
+logger = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[Any, DeliveryReport], None]
+"""``cb(err, report)``: ``err`` is None or a ``confluent_kafka.KafkaError``."""
+
+DeadLetterHook = Callable[[UndeliveredMessage, Any], None]
+"""``hook(message, err)``: called once for each message that failed finally."""
+
+_names = itertools.count(1)
+
+# Racing producer threads may each pass the in-flight check before either counts in, so the
+# failed buffer gets this much room beyond the limit (it can then never refuse a failure).
+_THREAD_SLACK = 1024
+
+
+def _count_value(counter: itertools.count[int]) -> int:
+    """How many numbers ``counter`` (started at 1) has handed out, without taking one."""
+    # repr is 'count(N)': N is the next number. Exact even when stores of next()'s results by
+    # racing threads landed out of order.
+    return int(repr(counter)[6:-1]) - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerStatistics:
+    """A snapshot of a producer's counters (``in_flight`` includes ``failed_buffer_depth``)."""
+
+    produced: int
+    delivered: int
+    final_failures: int
+    returned_on_close: int
+    in_flight: int
+    failed_buffer_depth: int
+    peak_failed_buffer_depth: int
+    retries: int
+    rerouted: int
+    possible_duplicates: int
+    quarantines: int
+    max_in_flight: int
+
+
+class _Record(DeliveryReport):
+    """A message's record; calling it is the delivery callback confluent-kafka invokes."""
+
+    __slots__ = ()
+
+    # Set per producer on a subclass made in FailoverProducer.__init__, so that a record needs
+    # no reference of its own (bound methods are not re-bound when read through an instance).
+    # Typed Any: mypy would read callables stored on a class as methods taking self.
+    _producer: ClassVar[Any]
+    _delivered: ClassVar[Any]
+    _failure: ClassVar[Any]
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            entry = self._entry
+            if entry is not None:
+                self._delivered(entry)
+            p = self._producer
+            p._n_out = next(p._c_out)
+            cb = self._cb
+            if cb is not None:
+                self._msg = msg
+                cb(None, self)
+        else:
+            self._failure(self, err, msg)
+
+
+class _TopicState:
+    """One topic: its latest metadata, quarantine and chooser. ``lock`` guards rebuilds."""
+
+    __slots__ = ("chooser", "lock", "metadata", "quarantine", "quarantines")
+
+    def __init__(
+        self, metadata: TopicMetadata, policy: QuarantinePolicy, options: ChoiceOptions
+    ) -> None:
+        self.lock = threading.Lock()
+        self.metadata = metadata
+        self.quarantine = Quarantine(policy)
+        self.quarantines = 0
+        self.chooser = PartitionChooser(TopicView.build(metadata), options)
+
+    @property
+    def view(self) -> TopicView:
+        return self.chooser.view
+
+    def rebuild(self) -> None:
+        self.chooser.update(TopicView.build(self.metadata, self.quarantine.partitions))
+
+    def usable_by_metadata(self, partition: int) -> bool:
+        parts = self.metadata.partitions
+        if partition >= len(parts):
+            return False
+        state = partition_health(parts[partition], self.metadata.min_insync_replicas)
+        return state is not PartitionHealth.UNAVAILABLE
+
+
+def _kafka_error(error: object) -> Any:
+    """The error a user callback gets: always a ``confluent_kafka.KafkaError``."""
+    if isinstance(error, KafkaError):
+        return error
+    if isinstance(error, confluent_kafka.KafkaException) and error.args:
+        inner = error.args[0]
+        if isinstance(inner, KafkaError):
+            return inner
+    if isinstance(error, NoUsablePartition):
+        return KafkaError(KafkaError._MSG_TIMED_OUT, str(error))
+    if isinstance(error, BufferError):
+        return KafkaError(KafkaError._QUEUE_FULL, str(error) or "local queue full")
+    return KafkaError(KafkaError._FAIL, repr(error))
+
+
+def _normalise_headers(headers: object, topic: str) -> Headers | None:
+    if headers is None:
+        return None
+    if isinstance(headers, Mapping):
+        return [(str(k), v) for k, v in headers.items()]
+    if isinstance(headers, (list, tuple)):
+        out: Headers = []
+        for h in headers:
+            if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)):
+                raise TypeError(
+                    f"headers for topic {topic!r} must be a dict or a list of (str, value) "
+                    f"pairs; got the item {h!r}"
+                )
+            out.append(h)
+        return out
+    raise TypeError(
+        f"headers for topic {topic!r} must be a dict or a list of (str, value) pairs, "
+        f"got {type(headers).__name__}"
+    )
+
+
+class FailoverProducer:
+    """A Kafka producer that keeps producing, losing nothing, while partitions are under min ISR.
+
+    ``conf`` is confluent-kafka's config dict; it is copied, never changed. Unless it sets them,
+    the inner client runs with ``retries=0``, ``message.timeout.ms=10000`` and
+    ``request.timeout.ms=5000`` so that a refused message comes back within a round trip and is
+    produced again elsewhere. ``conf['on_delivery']`` is the callback for messages produced
+    without one. See docs/configuration.md for every option.
+    """
+
+    def __init__(
+        self,
+        conf: Mapping[str, Any],
+        *,
+        min_insync_replicas: int | Mapping[str, int] | None = None,
+        strategy: str = "round_robin",
+        key_policy: str = "failover",
+        headroom: bool = False,
+        client_rack: str | None = None,
+        sticky_messages: int = 1000,
+        sticky_bytes: int = 1_000_000,
+        max_in_flight: int = 50_000,
+        produce_timeout_s: float = 5.0,
+        delivery_timeout_s: float | None = None,
+        max_attempts: int | None = None,
+        retry_backoff_s: float = 0.01,
+        retry_backoff_max_s: float = 1.0,
+        metadata_refresh_s: float = 30.0,
+        metadata_fast_refresh_s: float = 0.5,
+        min_isr_refresh_s: float = 300.0,
+        metadata_timeout_s: float = 5.0,
+        quarantine_backoff_s: float = 0.5,
+        quarantine_max_s: float = 30.0,
+        message_id_header: str | None = None,
+        dead_letter: DeadLetterHook | None = None,
+        metrics_registry: Any = None,
+        metrics_port: int | None = None,
+        metrics_addr: str = "0.0.0.0",
+    ) -> None:
+        settings = client_settings(conf)
+        for text in settings.warnings:
+            warnings.warn(text, FailoverConfigWarning, stacklevel=2)
+        options = choice_options(
+            strategy=strategy,
+            key_policy=key_policy,
+            headroom=headroom,
+            client_rack=client_rack,
+            sticky_messages=sticky_messages,
+            sticky_bytes=sticky_bytes,
+        )
+        limit = check_count("max_in_flight", max_in_flight)
+        assert limit is not None
+        self._produce_timeout_s = check_positive_number(
+            "produce_timeout_s", produce_timeout_s, allow_zero=True
+        )
+        deadline = (
+            None
+            if delivery_timeout_s is None
+            else check_positive_number("delivery_timeout_s", delivery_timeout_s)
+        )
+        attempts = check_count("max_attempts", max_attempts, optional=True)
+        # > 0: a message that must wait (nothing usable) is looked at again after a pause,
+        # not in a busy loop.
+        backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
+        backoff_max = check_positive_number(
+            "retry_backoff_max_s", retry_backoff_max_s, allow_zero=True
+        )
+        if backoff_max < backoff:
+            raise ConfigError(
+                f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
+                f"({retry_backoff_s!r})"
+            )
+        check_positive_number("metadata_timeout_s", metadata_timeout_s)
+        refresh = (
+            check_positive_number("metadata_refresh_s", metadata_refresh_s),
+            check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),
+            check_positive_number("min_isr_refresh_s", min_isr_refresh_s),
+        )
+        min_isr = min_isr_option(min_insync_replicas)
+        try:
+            self._qpolicy = QuarantinePolicy(
+                initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
+                max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if message_id_header is not None and (
+            not isinstance(message_id_header, str) or not message_id_header
+        ):
+            raise ConfigError(
+                f"message_id_header must be a non-empty header name or None, "
+                f"got {message_id_header!r}"
+            )
+        if dead_letter is not None and not callable(dead_letter):
+            raise ConfigError(f"dead_letter must be callable(message, err), got {dead_letter!r}")
+        if metrics_port is not None and (
+            isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
+        ):
+            raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
+
+        self._options = options
+        self._default_cb = settings.default_on_delivery
+        self._only_errors = settings.report_only_errors
+        self._message_id_header = message_id_header
+        self._id_prefix = os.urandom(8).hex().encode()
+        self._ids = itertools.count()
+        self._dead_letter = dead_letter
+        self._count_bytes = options.strategy == "sticky"
+        self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
+        self._limit = limit
+
+        # In and out counts of the inflow gate (see the module doc); _n_in/_n_out hold the
+        # latest numbers handed out, for the hot path's check.
+        self._c_in = itertools.count(1)
+        self._c_out = itertools.count(1)
+        self._n_in = 0
+        self._n_out = 0
+        self._rerouted = 0
+        self._quarantines = 0
+        self._final_failures = 0
+        self._returned = 0
+        self._refused = 0
+
+        self._buffer: RetryBuffer[_Record] = RetryBuffer(
+            max_in_flight=limit + _THREAD_SLACK,
+            policy=RetryPolicy(
+                max_attempts=attempts,
+                deadline_s=deadline,
+                backoff_initial_s=backoff,
+                backoff_max_s=backoff_max,
+            ),
+            on_final_failure=self._on_final_failure,
+        )
+        self._record_cls: type[_Record] = type(
+            "_Record",
+            (_Record,),
+            {
+                "__slots__": (),
+                "_producer": self,
+                "_delivered": self._buffer.delivered,
+                "_failure": self._on_failure,
+            },
+        )
+        self._client = confluent_kafka.Producer(settings.client_conf)
+        self._produce_raw = self._client.produce
+        self._report_cb = self._report  # bound once: a bound method per message costs
+        # A message needs a record when someone must hear of it: a callback (its own or the
+        # default), or headers to keep for a retry (delivery reports do not carry them).
+        self._plain = self._default_cb is None and message_id_header is None
+        self._topics: dict[str, _TopicState] = {}
+        self._choosers: dict[str, PartitionChooser] = {}
+        self._topics_lock = threading.Lock()
+        self._watched: set[str] = set()
+        self._local = threading.local()
+        self._closed = False
+        self._undelivered: list[UndeliveredMessage] | None = None
+        # Something waits (failed messages, quarantines to release): the next produce or poll
+        # looks at the clock and services it. A plain flag keeps the idle produce path cheap.
+        self._attention = False
+        self._attention_at = 0.0
+
+        self._source = ConfluentMetadataSource(
+            self._client, admin_config(conf), want_racks=client_rack is not None
+        )
+        self._meta = MetadataRefresher(
+            self._source,
+            self._on_metadata,
+            min_insync_replicas=min_isr,
+            refresh_s=refresh[0],
+            fast_refresh_s=refresh[1],
+            min_isr_refresh_s=refresh[2],
+            request_timeout_s=metadata_timeout_s,
+            name=f"{self._name}-metadata",
+        )
+        try:
+            self._metrics = ProducerMetrics(
+                self._name,
+                self._metrics_snapshot,
+                registry=metrics_registry,
+                http_port=metrics_port,
+                http_addr=metrics_addr,
+            )
+        except Exception:
+            self._client.close()
+            raise
+        self._meta.start()
+
+    # -- producing --------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        headers: Mapping[str, Any] | list[tuple[str, Any]] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Accept a message; it is delivered, or its callback gets the final error.
+
+        Waits up to ``produce_timeout_s`` while ``max_in_flight`` messages are in flight, then
+        raises :class:`ProduceTimeout` carrying the message (not accepted).
+        """
+        # The common case runs inline: every Python frame and allocation on this path is a
+        # measurable share of a message's time next to librdkafka's own produce().
+        if self._attention:
+            self._service()  # also raises ProducerClosed once closed
+        if self._n_in - self._n_out >= self._limit:
+            self._wait_for_room(topic, value, key, headers, timestamp)
+        if key is not None and type(key) is not bytes:
+            _key_bytes(key)  # a bad key type raises here, before the message is accepted
+        chooser = self._choosers.get(topic)
+        if self._plain and chooser is not None and on_delivery is None and headers is None:
+            if key is None:
+                p = chooser.keyless(len(value) if self._count_bytes and value else 0)
+            else:
+                p = chooser.keyed(key)  # type: ignore[arg-type]  # bytes, checked above
+            if p >= 0:
+                self._n_in = next(self._c_in)
+                try:
+                    self._produce_raw(topic, value, key, p, self._report_cb, None, timestamp or 0)
+                except BufferError:
+                    # librdkafka's queue is full: the record path waits it out.
+                    self._produce_with_record(
+                        topic, value, key, headers, on_delivery, timestamp, counted=True
+                    )
+                except BaseException:
+                    self._uncount()  # not accepted
+                    raise
+                return
+        self._produce_with_record(topic, value, key, headers, on_delivery, timestamp)
+
+    def _uncount(self) -> None:
+        """A message counted in was refused at once: count it out, and not as an outcome."""
+        self._refused += 1
+        self._n_out = next(self._c_out)
+
+    def _produce_with_record(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: object,
+        on_delivery: DeliveryCallback | None,
+        timestamp: int | None,
+        *,
+        counted: bool = False,
+    ) -> None:
+        rec = self._record_cls()
+        cb = self._default_cb if on_delivery is None else on_delivery
+        if cb is not None and self._only_errors:
+            cb = _ErrorsOnly(cb)
+        rec._cb = cb
+        rec._entry = None
+        rec._partition = -1
+        rec._attempts = 0
+        out = _normalise_headers(headers, topic)
+        if self._message_id_header is not None:
+            out = [] if out is None else out
+            out.append((self._message_id_header, b"%s-%d" % (self._id_prefix, next(self._ids))))
+        rec._m = (topic, value, key, out, timestamp)
+        if not counted:
+            self._n_in = next(self._c_in)
+        self._dispatch(rec, first=True)
+
+    def _wait_for_room(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: object,
+        timestamp: int | None,
+    ) -> None:
+        """Serve callbacks and retries until a message may be counted in, or time out."""
+        timeout = self._produce_timeout_s
+        deadline = time.monotonic() + timeout
+        while self._exact_in_flight() >= self._limit:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._in_callback():
+                out = _normalise_headers(headers, topic)
+                message = UndeliveredMessage(
+                    topic=topic,
+                    value=value,
+                    key=key,
+                    headers=None if out is None else tuple(out),
+                    timestamp=timestamp,
+                    attempts=0,
+                    last_error=None,
+                    possibly_delivered=False,
+                )
+                raise ProduceTimeout(message, limit=self._limit, timeout_s=timeout)
+            self._poll_client(min(remaining, 0.05))
+            if self._attention:
+                self._service()
+
+    def _exact_in_flight(self) -> int:
+        return _count_value(self._c_in) - _count_value(self._c_out)
+
+    def _report(self, err: Any, msg: Any) -> None:
+        """The delivery callback of messages produced without a record."""
+        if err is None:
+            self._n_out = next(self._c_out)
+            return
+        # Rebuild the message from the report (headers were none) and treat it as a record's.
+        rec = self._record_cls()
+        ts_type, ts = msg.timestamp()
+        rec._m = (
+            msg.topic(),
+            msg.value(),
+            msg.key(),
+            None,
+            ts if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME else None,
+        )
+        rec._cb = None
+        rec._entry = None
+        rec._partition = msg.partition()
+        rec._attempts = 1
+        self._on_failure(rec, err, msg)
+
+    def _dispatch(self, rec: _Record, *, first: bool = False) -> None:
+        """Choose a partition and hand ``rec`` to the client, or let it wait."""
+        topic, value, key, headers, timestamp = rec._m
+        chooser = self._choosers.get(topic)
+        if chooser is None:
+            chooser = self._chooser_for(topic)
+            if chooser is None:
+                self._wait(rec, NoUsablePartition(f"no metadata yet for topic {topic!r}"))
+                return
+        if key is None:
+            p = chooser.keyless(len(value or b"") if self._count_bytes else 0)
+        else:
+            p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
+        if p < 0:
+            if not chooser.view.exists:
+                error = KafkaError(
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    f"topic {topic!r} does not exist (per cluster metadata)",
+                )
+                self._fail_finally(rec, error)
+                return
+            self._wait(rec, NoUsablePartition(f"no usable partition of {topic!r} for this message"))
+            return
+        previous = rec._partition
+        rec._partition = p
+        rec._attempts += 1
+        try:
+            self._produce_raw(topic, value, key, p, rec, None, timestamp or 0, headers)
+        except BaseException as exc:
+            self._produce_raised(rec, exc, first=first, previous=previous)
+            return
+        if previous >= 0 and previous != p:
+            self._rerouted += 1
+
+    def _produce_raised(
+        self, rec: _Record, exc: BaseException, *, first: bool, previous: int = -1
+    ) -> None:
+        """The client refused ``rec`` at once (queue full, a bad argument, an interrupt)."""
+        partition = rec._partition
+        rec._attempts -= 1
+        rec._partition = previous
+        if isinstance(exc, BufferError):
+            if not self._retry_queue_full(rec, partition):
+                self._wait(rec, exc)
+            return
+        if first and rec._entry is None:
+            # The caller's own mistake (a bad value type, ...) or Ctrl-C: the message was not
+            # accepted, so count it out again and let the caller see the exception.
+            self._uncount()
+            raise exc
+        if not isinstance(exc, Exception):
+            self._wait(rec, exc)  # interrupted while re-producing: keep the message
+            raise exc
+        logger.error("producing a retried message to %s failed: %r", rec._m[0], exc)
+        self._fail_finally(rec, exc)
+
+    def _retry_queue_full(self, rec: _Record, partition: int) -> bool:
+        """librdkafka's queue is full: serve callbacks and try again, within produce_timeout_s."""
+        if self._in_callback():
+            return False
+        topic, value, key, headers, timestamp = rec._m
+        deadline = time.monotonic() + self._produce_timeout_s
+        while time.monotonic() < deadline:
+            self._poll_client(0.01)
+            rec._partition = partition
+            rec._attempts += 1
+            try:
+                self._produce_raw(topic, value, key, partition, rec, None, timestamp or 0, headers)
+                return True
+            except BufferError:
+                rec._attempts -= 1
+        return False
+
+    def _admit(self, rec: _Record) -> Entry[_Record]:
+        """Give ``rec`` its retry-buffer entry (on its first failure or wait)."""
+        entry: Entry[_Record] | None = rec._entry
+        if entry is None:
+            entry = self._buffer.try_admit(rec)
+            if entry is None:  # cannot happen while the accounting holds; never drop
+                entry = self._buffer.admit(rec, timeout=None)
+            rec._entry = entry
+        return entry
+
+    def _wait(self, rec: _Record, error: object) -> None:
+        """Put ``rec`` in the failed buffer without an attempt (nothing usable, queue full)."""
+        if self._buffer.failed(self._admit(rec), error, retriable=True):
+            self._attention = True
+
+    def _fail_finally(self, rec: _Record, error: object) -> None:
+        self._buffer.failed(self._admit(rec), error, retriable=False)
+
+    def _chooser_for(self, topic: str) -> PartitionChooser | None:
+        """The chooser of a topic seen for the first time (fetches its metadata once)."""
+        with self._topics_lock:
+            first = topic not in self._watched
+            self._watched.add(topic)
+        if not first or self._in_callback():
+            self._meta.watch(topic)
+            return self._choosers.get(topic)
+        try:
+            self._meta.fetch_now(topic, max(self._produce_timeout_s, 0.5))
+        except MetadataUnavailable as exc:
+            logger.warning("%s; messages for it wait", exc)
+        return self._choosers.get(topic)
+
+    # -- the delivery side (inside confluent-kafka's poll/flush) ------------------------------
+
+    def _on_failure(self, rec: _Record, err: Any, msg: Any) -> None:
+        code = err.code()
+        ec = classify(code, err.name())
+        retriable = ec.retriable and not err.fatal()
+        partition = msg.partition() if msg is not None else rec._partition
+        if partition is None or partition < 0:
+            partition = rec._partition
+        topic = rec._m[0]
+        if ec.quarantine and partition >= 0:
+            self._quarantine(topic, partition, refresh=ec.refresh_metadata)
+        elif ec.refresh_metadata:
+            self._meta.request_refresh(topic)
+        if ec.possibly_persisted:
+            rec._dup = True
+        if rec._m[4] is None and msg is not None:
+            # Keep the first attempt's CreateTime on every later attempt.
+            ts_type, ts = msg.timestamp()
+            if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME:
+                rec._m = (*rec._m[:4], ts)
+        if self._buffer.failed(
+            self._admit(rec), err, retriable=retriable, possibly_persisted=ec.possibly_persisted
+        ):
+            self._attention = True
+            self._attention_at = 0.0
+
+    def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
+        rec = entry.item
+        self._final_failures += 1
+        self._n_out = next(self._c_out)
+        kerr = _kafka_error(error)
+        rec._error = kerr
+        if entry.possibly_duplicated:
+            rec._dup = True
+        hook = self._dead_letter
+        if hook is not None:
+            try:
+                hook(rec.undelivered(), kerr)
+            except Exception:
+                logger.exception("dead_letter hook raised for a message to %s", rec._m[0])
+        cb = rec._cb
+        if cb is not None:
+            cb(kerr, rec)
+        elif hook is None:
+            logger.error(
+                "message to %s failed finally after %d attempt(s): %s",
+                rec._m[0],
+                rec._attempts,
+                kerr,
+            )
+
+    def _quarantine(self, topic: str, partition: int, *, refresh: bool) -> None:
+        state = self._topics.get(topic)
+        if state is None:
+            return
+        now = time.monotonic()
+        with state.lock:
+            if partition >= len(state.metadata.partitions):
+                return
+            newly = state.quarantine.strike(partition, now)
+            if newly:
+                state.quarantines += 1
+                self._quarantines += 1
+                state.rebuild()
+        if newly:
+            logger.info(
+                "partition %s-%d quarantined for %.2f s (strike %d)",
+                topic,
+                partition,
+                state.quarantine.policy.backoff_s(state.quarantine.strikes(partition)),
+                state.quarantine.strikes(partition),
+            )
+            self._meta.set_fast(topic, True)
+            self._attention = True
+            self._attention_at = 0.0
+        if refresh:
+            self._meta.request_refresh(topic)
+
+    # -- metadata (refresher thread, or the caller's in fetch_now) ----------------------------
+
+    def _on_metadata(self, md: TopicMetadata) -> None:
+        topic = md.topic
+        state = self._topics.get(topic)
+        if state is None:
+            with self._topics_lock:
+                state = self._topics.get(topic)
+                if state is None:
+                    state = _TopicState(md, self._qpolicy, self._options)
+                    self._topics[topic] = state
+                    self._choosers[topic] = state.chooser
+                    self._attention = True
+                    self._attention_at = 0.0
+                    return
+        with state.lock:
+            old = state.metadata
+            state.metadata = md
+            if len(md.partitions) < len(old.partitions):
+                state.quarantine.forget(range(len(md.partitions), len(old.partitions)))
+            state.quarantine.release_due(time.monotonic(), state.usable_by_metadata)
+            state.rebuild()
+            quarantined = len(state.quarantine) > 0
+        self._meta.set_fast(topic, quarantined)
+        self._attention = True
+        self._attention_at = 0.0
+
+    # -- the caller's side: retries, quarantine release, polling ------------------------------
+
+    def _service(self) -> None:
+        """Produce due failed messages again and release due quarantines."""
+        if self._closed:
+            raise ProducerClosed("produce() after close()")
+        now = time.monotonic()
+        if now < self._attention_at:
+            return
+        self._attention = False
+        next_at = float("inf")
+        for topic, state in list(self._topics.items()):
+            q = state.quarantine
+            if not len(q):
+                continue
+            with state.lock:
+                released = q.release_due(now, state.usable_by_metadata)
+                if released:
+                    state.rebuild()
+                remaining = q.next_release_at()
+            if released:
+                logger.info("partitions %s of %s released from quarantine", released, topic)
+            if remaining is not None:
+                next_at = min(next_at, remaining)
+            else:
+                self._meta.set_fast(topic, False)
+        take = self._buffer.take_failed
+        for _ in range(self._buffer.limit):
+            entry = take()
+            if entry is None:
+                break
+            self._dispatch(entry.item)
+        due_in = self._buffer.next_due_in()
+        if due_in is not None:
+            next_at = min(next_at, time.monotonic() + due_in)
+        if next_at != float("inf"):
+            self._attention_at = next_at
+            self._attention = True
+
+    def _in_callback(self) -> bool:
+        return bool(getattr(self._local, "depth", 0))
+
+    def _poll_client(self, timeout: float) -> int:
+        local = self._local
+        local.depth = getattr(local, "depth", 0) + 1
+        try:
+            return int(self._client.poll(timeout))
+        finally:
+            local.depth -= 1
+
+    def _flush_client(self, timeout: float) -> int:
+        local = self._local
+        local.depth = getattr(local, "depth", 0) + 1
+        try:
+            return int(self._client.flush(timeout))
+        finally:
+            local.depth -= 1
+
+    def _check_not_in_callback(self, what: str) -> None:
+        if self._in_callback():
+            raise FailoverError(
+                f"{what}() was called from inside a delivery callback; confluent-kafka cannot "
+                "re-enter poll/flush there (it aborts). Return from the callback instead"
+            )
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery callbacks for up to ``timeout`` seconds and re-produce failures.
+
+        Returns the number of events served, like confluent-kafka's ``poll``.
+        """
+        self._check_not_in_callback("poll")
+        if self._closed:
+            return 0
+        timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        deadline = time.monotonic() + timeout
+        served = 0
+        while True:
+            if self._attention:
+                self._service()
+            remaining = deadline - time.monotonic()
+            slice_s = max(0.0, min(remaining, 0.1))
+            if self._attention:
+                slice_s = min(slice_s, max(0.0, self._attention_at - time.monotonic()))
+            served += self._poll_client(slice_s)
+            if served or deadline - time.monotonic() <= 0:
+                if self._attention:
+                    self._service()
+                return served
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every message has its final outcome, or ``timeout`` seconds pass.
+
+        Returns how many messages are still without a final outcome (0: all done).
+        """
+        self._check_not_in_callback("flush")
+        if self._closed:
+            return 0
+        if timeout is not None:
+            timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._attention:
+                self._service()
+            in_flight = self._exact_in_flight()
+            if in_flight <= 0:
+                return 0
+            remaining = 0.1 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return in_flight
+            slice_s = min(remaining, 0.1)
+            if len(self._client):
+                self._flush_client(slice_s)
+            else:
+                # Only waiting messages: sleep until one is due, serving callbacks meanwhile.
+                if self._attention:
+                    slice_s = min(slice_s, max(0.001, self._attention_at - time.monotonic()))
+                self._poll_client(slice_s)
+
+    def close(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
+        """Flush for up to ``timeout`` seconds, stop, and return every undelivered message.
+
+        Messages handed back here get no callback: the returned list is their outcome.
+        ``possibly_delivered`` marks those that may have been written anyway (an ambiguous
+        failure, or still in flight when the client was purged). Calling ``close`` again
+        returns the same list.
+        """
+        if self._undelivered is not None:
+            return list(self._undelivered)
+        self._check_not_in_callback("close")
+        client = self._client
+        try:
+            if self.flush(timeout):
+                # Take back what librdkafka still holds and serve the purge reports, so that
+                # every message ends up in the failed buffer, from where close() returns it.
+                client.purge(in_queue=True, in_flight=True, blocking=True)
+                deadline = time.monotonic() + 2.0
+                while len(client) and time.monotonic() < deadline:
+                    self._poll_client(0.05)
+                self._poll_client(0)
+        finally:
+            self._closed = True
+            self._attention = True  # the next produce() looks, and raises ProducerClosed
+            left = self._buffer.close()
+            unsure = len(client)
+            undelivered = [e.item.undelivered(in_flight=unsure > 0) for e in left]
+            self._returned += len(left)
+            for _ in left:
+                self._n_out = next(self._c_out)
+            self._undelivered = undelivered
+            self._meta.close()
+            self._metrics.close()
+            self._source.close()
+            if not unsure:
+                client.close()
+        if unsure:
+            logger.error(
+                "%s closed while the client still held %d message(s) whose delivery reports "
+                "never came; they may or may not have been delivered",
+                self._name,
+                unsure,
+            )
+        if undelivered:
+            logger.warning(
+                "%s closed with %d undelivered message(s), returned by close()",
+                self._name,
+                len(undelivered),
+            )
+        return list(undelivered)
+
+    def __enter__(self) -> FailoverProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        """Messages without a final outcome (in flight, including those waiting to retry)."""
+        return max(0, self._exact_in_flight())
+
+    # -- what the producer knows -------------------------------------------------------------
+
+    def health(self, topic: str, timeout: float | None = None) -> TopicView:
+        """The topic's current health snapshot (fetches metadata if the topic is new)."""
+        state = self._topics.get(topic)
+        if state is None:
+            self._check_not_in_callback("health")
+            with self._topics_lock:
+                self._watched.add(topic)
+            self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
+            state = self._topics[topic]
+        return state.view
+
+    def metadata_age_s(self, topic: str) -> float | None:
+        """Seconds since ``topic``'s metadata was fetched, or None if it never was."""
+        return self._meta.age_s(topic)
+
+    def statistics(self) -> ProducerStatistics:
+        s = self._buffer.statistics()
+        produced = _count_value(self._c_in) - self._refused
+        out = _count_value(self._c_out) - self._refused
+        return ProducerStatistics(
+            produced=produced,
+            delivered=out - self._final_failures - self._returned,
+            final_failures=self._final_failures,
+            returned_on_close=self._returned,
+            in_flight=max(0, produced - out),
+            failed_buffer_depth=s.failed_depth,
+            peak_failed_buffer_depth=s.peak_failed_depth,
+            retries=s.retries,
+            rerouted=self._rerouted,
+            possible_duplicates=s.possibly_duplicated,
+            quarantines=self._quarantines,
+            max_in_flight=self._limit,
+        )
+
+    @property
+    def metrics_registry(self) -> Any:
+        """The prometheus registry this producer reports to."""
+        return self._metrics.registry
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the HTTP exporter, when ``metrics_port`` was given (0 picks one)."""
+        return self._metrics.http_port
+
+    def _metrics_snapshot(self) -> MetricsSnapshot:
+        s = self.statistics()
+        topics = {}
+        for topic, state in list(self._topics.items()):
+            counts = state.view.counts()
+            topics[topic] = TopicMetrics(
+                partitions_by_state={k.name: v for k, v in counts.items()},
+                quarantines=state.quarantines,
+                metadata_age_s=self._meta.age_s(topic),
+            )
+        return MetricsSnapshot(
+            produced=s.produced,
+            delivered=s.delivered,
+            rerouted=s.rerouted,
+            retries=s.retries,
+            final_failures=s.final_failures,
+            possible_duplicates=s.possible_duplicates,
+            in_flight=s.in_flight,
+            failed_buffer_depth=s.failed_buffer_depth,
+            topics=topics,
+        )
+
+
+class _ErrorsOnly:
+    """``delivery.report.only.error``: the user's callback sees failures only."""
+
+    __slots__ = ("_cb",)
+
+    def __init__(self, cb: DeliveryCallback) -> None:
+        self._cb = cb
+
+    def __call__(self, err: Any, report: DeliveryReport) -> None:
+        if err is not None:
+            self._cb(err, report)
+
+
+def _key_bytes(key: object) -> bytes:
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"key must be bytes, str or None, got {type(key).__name__}")

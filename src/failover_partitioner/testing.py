@@ -1,0 +1,212 @@
+"""Test support: librdkafka's own mock cluster, driven from Python through ctypes.
+
+confluent-kafka ships librdkafka with its ``rd_kafka_mock_*`` functions exported but offers no
+Python API for them. :class:`MockCluster` starts a mock cluster of N brokers on 127.0.0.1 and
+exposes the fault injection this project needs: per-broker request errors (for instance every
+Produce answered with NOT_ENOUGH_REPLICAS while the metadata still reports a full ISR), broker
+down/up and leader moves.
+
+The mock has no replication, no ISR and no min-ISR enforcement (its metadata reports
+ISR == replicas), no CreateTopics and no DescribeConfigs: use it for speed and for failures
+injected by hand, and minibroker for Kafka's replication semantics. Its API is declared
+experimental by librdkafka (``rdkafka_mock.h``). Linux and other platforms where variadic
+integer arguments pass like fixed ones (the error push is variadic).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["PRODUCE_API_KEY", "MockCluster"]
+
+PRODUCE_API_KEY = 0
+METADATA_API_KEY = 3
+
+
+def _load_librdkafka() -> ctypes.CDLL:
+    import confluent_kafka
+
+    base = os.path.dirname(os.path.dirname(os.path.abspath(confluent_kafka.__file__)))
+    patterns = [
+        os.path.join(base, "confluent_kafka.libs", "librdkafka*.so*"),
+        os.path.join(os.path.dirname(confluent_kafka.__file__), ".dylibs", "librdkafka*.dylib"),
+    ]
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern))
+        if found:
+            return ctypes.CDLL(found[0])
+    raise RuntimeError(
+        "librdkafka with the mock cluster API was not found next to confluent_kafka "
+        f"(looked for {patterns}); MockCluster needs confluent-kafka's binary wheel"
+    )
+
+
+class _Lib:
+    def __init__(self) -> None:
+        lib = _load_librdkafka()
+        vp, cp, i, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t
+        lib.rd_kafka_conf_new.restype = vp
+        lib.rd_kafka_conf_set.argtypes = [vp, cp, cp, cp, sz]
+        lib.rd_kafka_conf_set.restype = i
+        lib.rd_kafka_new.argtypes = [i, vp, cp, sz]
+        lib.rd_kafka_new.restype = vp
+        lib.rd_kafka_destroy.argtypes = [vp]
+        lib.rd_kafka_mock_cluster_new.argtypes = [vp, i]
+        lib.rd_kafka_mock_cluster_new.restype = vp
+        lib.rd_kafka_mock_cluster_destroy.argtypes = [vp]
+        lib.rd_kafka_mock_cluster_bootstraps.argtypes = [vp]
+        lib.rd_kafka_mock_cluster_bootstraps.restype = cp
+        lib.rd_kafka_mock_topic_create.argtypes = [vp, cp, i, i]
+        lib.rd_kafka_mock_topic_create.restype = i
+        lib.rd_kafka_mock_broker_error_stack_cnt.argtypes = [
+            vp,
+            ctypes.c_int32,
+            ctypes.c_int16,
+            ctypes.POINTER(sz),
+        ]
+        lib.rd_kafka_mock_broker_error_stack_cnt.restype = i
+        # Variadic: (mcluster, broker_id, ApiKey, cnt, err1, rtt1, ...); argtypes stay unset.
+        lib.rd_kafka_mock_broker_push_request_error_rtts.restype = i
+        lib.rd_kafka_mock_clear_request_errors.argtypes = [vp, ctypes.c_int16]
+        lib.rd_kafka_mock_partition_set_leader.argtypes = [vp, cp, ctypes.c_int32, ctypes.c_int32]
+        lib.rd_kafka_mock_partition_set_leader.restype = i
+        lib.rd_kafka_mock_broker_set_down.argtypes = [vp, ctypes.c_int32]
+        lib.rd_kafka_mock_broker_set_down.restype = i
+        lib.rd_kafka_mock_broker_set_up.argtypes = [vp, ctypes.c_int32]
+        lib.rd_kafka_mock_broker_set_up.restype = i
+        self.lib = lib
+
+
+_lib: _Lib | None = None
+_lib_lock = threading.Lock()
+
+
+def _get_lib() -> ctypes.CDLL:
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            _lib = _Lib()
+        return _lib.lib
+
+
+class MockCluster:
+    """A librdkafka mock cluster of ``brokers`` brokers (ids 1..N) on 127.0.0.1."""
+
+    def __init__(self, brokers: int = 3) -> None:
+        if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
+            raise ValueError(f"brokers must be an int >= 1, got {brokers!r}")
+        lib = _get_lib()
+        self._lib = lib
+        conf = lib.rd_kafka_conf_new()
+        errstr = ctypes.create_string_buffer(512)
+        # Quiet: the mock handle's own log lines would go to stderr.
+        lib.rd_kafka_conf_set(conf, b"log_level", b"0", errstr, 512)
+        self._rk = lib.rd_kafka_new(0, conf, errstr, 512)
+        if not self._rk:
+            raise RuntimeError(f"rd_kafka_new failed: {errstr.value.decode()}")
+        self._mc = lib.rd_kafka_mock_cluster_new(self._rk, brokers)
+        if not self._mc:
+            lib.rd_kafka_destroy(self._rk)
+            raise RuntimeError("rd_kafka_mock_cluster_new failed")
+        self.brokers = brokers
+        self.bootstrap_servers: str = lib.rd_kafka_mock_cluster_bootstraps(self._mc).decode()
+        self._closed = False
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 3) -> None:
+        err = self._lib.rd_kafka_mock_topic_create(
+            self._mc, name.encode(), partitions, min(replication_factor, self.brokers)
+        )
+        if err:
+            raise RuntimeError(f"mock topic_create({name!r}) failed with error {err}")
+
+    def push_broker_errors(
+        self, broker_id: int, error_code: int, count: int, *, api_key: int = PRODUCE_API_KEY
+    ) -> None:
+        """The next ``count`` requests of ``api_key`` to ``broker_id`` fail with the error."""
+        fn = self._lib.rd_kafka_mock_broker_push_request_error_rtts
+        chunk = 64
+        while count > 0:
+            n = min(chunk, count)
+            args: list[object] = []
+            for _ in range(n):
+                args += [ctypes.c_int(error_code), ctypes.c_int(0)]
+            err = fn(
+                ctypes.c_void_p(self._mc),
+                ctypes.c_int32(broker_id),
+                ctypes.c_int16(api_key),
+                ctypes.c_size_t(n),
+                *args,
+            )
+            if err:
+                raise RuntimeError(f"mock push_request_error_rtts failed with error {err}")
+            count -= n
+
+    def broker_errors_left(self, broker_id: int, *, api_key: int = PRODUCE_API_KEY) -> int:
+        cnt = ctypes.c_size_t(0)
+        err = self._lib.rd_kafka_mock_broker_error_stack_cnt(
+            self._mc, broker_id, api_key, ctypes.byref(cnt)
+        )
+        if err:
+            raise RuntimeError(f"mock broker_error_stack_cnt failed with error {err}")
+        return int(cnt.value)
+
+    def clear_errors(self, api_key: int = PRODUCE_API_KEY) -> None:
+        self._lib.rd_kafka_mock_clear_request_errors(self._mc, api_key)
+
+    @contextmanager
+    def failing_produce(
+        self, broker_id: int, error_code: int, *, keep: int = 200, check_s: float = 0.005
+    ) -> Iterator[None]:
+        """Every Produce request to ``broker_id`` fails with ``error_code`` inside the block.
+
+        The mock pops one queued error per request, so a thread keeps at least ``keep``
+        queued. A broker's queue cannot be cleared: after the block the remaining errors (at
+        most ``keep``) still answer that many requests.
+        """
+        stop = threading.Event()
+        self.push_broker_errors(broker_id, error_code, keep)
+
+        def top_up() -> None:
+            while not stop.wait(check_s):
+                left = self.broker_errors_left(broker_id)
+                if left < keep:
+                    self.push_broker_errors(broker_id, error_code, keep - left)
+
+        thread = threading.Thread(target=top_up, name=f"mock-fail-{broker_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        err = self._lib.rd_kafka_mock_partition_set_leader(
+            self._mc, topic.encode(), partition, broker_id
+        )
+        if err:
+            raise RuntimeError(f"mock partition_set_leader failed with error {err}")
+
+    def broker_down(self, broker_id: int) -> None:
+        self._lib.rd_kafka_mock_broker_set_down(self._mc, broker_id)
+
+    def broker_up(self, broker_id: int) -> None:
+        self._lib.rd_kafka_mock_broker_set_up(self._mc, broker_id)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._lib.rd_kafka_mock_cluster_destroy(self._mc)
+        self._lib.rd_kafka_destroy(self._rk)
+
+    def __enter__(self) -> MockCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,295 @@
+"""FailoverProducer against librdkafka's own mock cluster, with faults injected through ctypes.
+
+The mock has no ISR and never refuses a write for min ISR: here the faults are injected by hand
+(every Produce to one broker answered with an error while its metadata still shows a full ISR),
+so these tests prove what quarantine alone achieves (issue 6, must-show 3) and how each class
+of delivery error is handled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from failover_partitioner import (
+    DeliveryReport,
+    FailoverProducer,
+    ProduceTimeout,
+    UndeliveredMessage,
+)
+from failover_partitioner._murmur2 import partition_for_key
+from failover_partitioner.testing import MockCluster
+
+TOPIC = "orders"
+PARTITIONS = 6
+NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+MSG_SIZE_TOO_LARGE = 10
+
+
+@pytest.fixture
+def mock() -> Iterator[MockCluster]:
+    with MockCluster(brokers=3) as cluster:
+        cluster.create_topic(TOPIC, PARTITIONS, 3)
+        yield cluster
+
+
+def producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
+    conf = {"bootstrap.servers": mock.bootstrap_servers, "acks": "all", "log_level": 0}
+    conf.update(kwargs.pop("conf", {}))
+    kwargs.setdefault("min_insync_replicas", 2)
+    return FailoverProducer(conf, **kwargs)
+
+
+def leaders(p: FailoverProducer) -> dict[int, int]:
+    return {v.partition: v.leader for v in p.health(TOPIC).partitions}
+
+
+def consume_all(mock: MockCluster, expected: int, timeout_s: float = 30.0) -> list[Any]:
+    """Every record of TOPIC, read from the beginning until ``expected`` were seen."""
+    c = Consumer(
+        {
+            "bootstrap.servers": mock.bootstrap_servers,
+            "group.id": "check",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expected and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                if m.error() is None:
+                    out.append(m)
+        # A little longer: anything beyond `expected` would be a duplicate.
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            out.extend(m for m in c.consume(1000, 0.1) if m.error() is None)
+        return out
+    finally:
+        c.close()
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.by_value: dict[bytes, list[tuple[Any, int, int]]] = {}
+
+    def __call__(self, err: Any, report: DeliveryReport) -> None:
+        value = report.value()
+        assert isinstance(value, bytes)
+        self.by_value.setdefault(value, []).append((err, report.partition(), report.attempts()))
+
+
+def test_every_message_delivered_via_quarantine_alone(mock: MockCluster) -> None:
+    """Must-show 3: one broker refuses every Produce (NOT_ENOUGH_REPLICAS), its metadata still
+    shows a full ISR; every message is delivered exactly once, on other brokers' partitions."""
+    p = producer(mock)
+    lead = leaders(p)
+    bad = lead[0]
+    bad_partitions = {part for part, b in lead.items() if b == bad}
+    assert len(bad_partitions) < PARTITIONS
+    reports = Reports()
+    n = 6000
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
+        for i in range(n):
+            p.produce(TOPIC, b"m%d" % i, on_delivery=reports if i % 2 else None)
+            if i % 200 == 0:
+                p.poll(0)
+        assert p.flush(30) == 0
+        view = p.health(TOPIC)
+        # Its metadata never showed a problem: only the failures took the partitions out.
+        assert all(v.isr == v.replicas for v in view.partitions)
+    stats = p.statistics()
+    assert p.close() == []
+    assert stats.delivered == n
+    assert stats.final_failures == 0
+    assert stats.quarantines >= len(bad_partitions)
+    assert stats.possible_duplicates == 0  # 19 means "not appended": nothing can be doubled
+    # Every callback fired exactly once, with success, on a healthy partition.
+    assert len(reports.by_value) == n // 2
+    assert all(len(r) == 1 for r in reports.by_value.values())
+    assert all(err is None for [(err, _, _)] in reports.by_value.values())
+    assert not {part for [(_, part, _)] in reports.by_value.values()} & bad_partitions
+    # Consumed back: each message exactly once, none on the refusing broker's partitions.
+    records = consume_all(mock, n)
+    values = Counter(m.value() for m in records)
+    assert set(values) == {b"m%d" % i for i in range(n)}
+    assert max(values.values()) == 1
+    assert not {m.partition() for m in records} & bad_partitions
+
+
+def test_after_append_failures_are_counted_as_possible_duplicates(mock: MockCluster) -> None:
+    """Error 20 means the data may be in the log: re-producing it may duplicate, and is counted;
+    the message id header is the same on every attempt so consumers can drop the copy."""
+    p = producer(mock, message_id_header="msg-id")
+    bad = leaders(p)[0]
+    mock.push_broker_errors(bad, NOT_ENOUGH_REPLICAS_AFTER_APPEND, 3)
+    n = 600
+    for i in range(n):
+        p.produce(TOPIC, b"m%d" % i)
+    assert p.flush(30) == 0
+    stats = p.statistics()
+    p.close()
+    assert stats.delivered == n
+    assert stats.possible_duplicates >= 1
+    records = consume_all(mock, n)
+    ids = [dict(m.headers())["msg-id"] for m in records]
+    by_value = {m.value(): dict(m.headers())["msg-id"] for m in records}
+    assert len(by_value) == n
+    assert len(set(ids)) == n  # one id per message, however many attempts it took
+
+
+def test_final_errors_end_the_message_at_once(mock: MockCluster) -> None:
+    """MSG_SIZE_TOO_LARGE from the broker: callback with the error and the dead-letter hook,
+    each once, and no retry loop."""
+    dead: list[tuple[UndeliveredMessage, Any]] = []
+    p = producer(mock, dead_letter=lambda m, e: dead.append((m, e)))
+    bad = leaders(p)[0]
+    reports = Reports()
+    mock.push_broker_errors(bad, MSG_SIZE_TOO_LARGE, 1)
+    n = 300
+    for i in range(n):
+        p.produce(TOPIC, b"m%d" % i, on_delivery=reports)
+    assert p.flush(30) == 0
+    stats = p.statistics()
+    p.close()
+    failed = {v: r for v, r in reports.by_value.items() if r[0][0] is not None}
+    assert failed, "the injected error hit no message"
+    assert all(len(r) == 1 for r in reports.by_value.values())
+    assert {r[0][0].code() for r in failed.values()} == {KafkaError.MSG_SIZE_TOO_LARGE}
+    assert all(r[0][2] == 1 for r in failed.values())  # one attempt, never looped
+    assert stats.final_failures == len(failed) == len(dead)
+    assert {m.value for m, _ in dead} == set(failed)
+    assert stats.delivered == n - len(failed)
+
+
+def test_keys_stay_on_their_murmur2_partition_and_only_degraded_ones_move(
+    mock: MockCluster,
+) -> None:
+    """Must-show 2 on the mock: while healthy every key lands where murmur2 says; while one
+    broker refuses writes, only keys of its partitions move; afterwards they return."""
+    p = producer(mock, quarantine_backoff_s=0.1, quarantine_max_s=0.2)
+    lead = leaders(p)
+    bad = lead[0]
+    bad_partitions = {part for part, b in lead.items() if b == bad}
+    keys = [b"user-%d" % i for i in range(300)]
+    home = {k: partition_for_key(k, PARTITIONS) for k in keys}
+    placed: dict[str, dict[bytes, set[int]]] = {"before": {}, "during": {}, "after": {}}
+
+    def send(phase: str) -> None:
+        def cb(err: Any, report: DeliveryReport) -> None:
+            assert err is None
+            key = report.key()
+            assert isinstance(key, bytes)
+            placed[phase].setdefault(key, set()).add(report.partition())
+
+        for k in keys:
+            p.produce(TOPIC, b"v", key=k, on_delivery=cb)
+        assert p.flush(30) == 0
+
+    send("before")
+    assert {k: s for k, s in placed["before"].items()} == {k: {home[k]} for k in keys}
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS, keep=20):
+        send("during")
+        send("during")  # after the first round every bad partition is quarantined
+    moved = [k for k in keys if home[k] in bad_partitions]
+    assert moved
+    for k in keys:
+        if home[k] in bad_partitions:
+            # Rendezvous hashing: one stable new place per key, never a refusing partition.
+            assert len(placed["during"][k]) == 1
+            assert not placed["during"][k] & bad_partitions
+        else:
+            assert placed["during"][k] == {home[k]}
+    assert len({p for k in moved for p in placed["during"][k]}) > 1  # spread, not piled up
+    # The broker's leftover errors (one per request) drain as the quarantine lapses and the
+    # partitions are tried again; then every key goes home.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        placed["after"] = {}
+        send("after")
+        if placed["after"] == {k: {home[k]} for k in keys}:
+            break
+        time.sleep(0.1)
+    assert placed["after"] == {k: {home[k]} for k in keys}
+    p.close()
+
+
+def test_produce_waits_at_the_inflow_limit_then_raises_with_the_message(
+    mock: MockCluster,
+) -> None:
+    p = producer(mock, max_in_flight=5, produce_timeout_s=0.3)
+    p.health(TOPIC)
+    for b in range(1, 4):
+        mock.broker_down(b)
+    for i in range(5):
+        p.produce(TOPIC, b"m%d" % i)
+    start = time.monotonic()
+    with pytest.raises(ProduceTimeout, match="max_in_flight=5") as info:
+        p.produce(TOPIC, b"the sixth", key=b"k")
+    assert time.monotonic() - start >= 0.3
+    assert info.value.message.value == b"the sixth"
+    assert info.value.message.key == b"k"
+    left = p.close(timeout=0.2)
+    # Nothing is dropped silently: close hands back the five accepted messages.
+    assert sorted(m.value for m in left if isinstance(m.value, bytes)) == [
+        b"m%d" % i for i in range(5)
+    ]
+    assert p.statistics().returned_on_close == 5
+
+
+def test_local_queue_full_is_waited_out_not_dropped(mock: MockCluster) -> None:
+    p = producer(mock, conf={"queue.buffering.max.messages": 50}, max_in_flight=10_000)
+    n = 3000
+    for i in range(n):
+        p.produce(TOPIC, b"m%d" % i)
+    assert p.flush(30) == 0
+    assert p.statistics().delivered == n
+    p.close()
+
+
+def test_default_callback_from_conf_and_bad_input(mock: MockCluster) -> None:
+    seen: list[tuple[Any, bytes]] = []
+
+    def default(err: Any, report: DeliveryReport) -> None:
+        value = report.value()
+        assert isinstance(value, bytes)
+        seen.append((err, value))
+
+    p = producer(mock, conf={"on_delivery": default})
+    p.produce(TOPIC, b"a")
+    p.produce(TOPIC, b"b", headers={"h": b"1"})
+    with pytest.raises(TypeError):
+        p.produce(TOPIC, 12345)  # type: ignore[arg-type]  # a bad value type, on purpose
+    with pytest.raises(TypeError, match="key must be bytes, str or None"):
+        p.produce(TOPIC, b"c", key=3.5)  # type: ignore[arg-type]  # on purpose
+    with pytest.raises(TypeError, match="headers for topic 'orders' must be"):
+        p.produce(TOPIC, b"d", headers=5)  # type: ignore[arg-type]  # on purpose
+    assert p.flush(10) == 0
+    assert sorted(seen) == [(None, b"a"), (None, b"b")]
+    assert p.statistics().produced - p.statistics().delivered == 0
+    p.close()
+
+
+def test_close_hands_back_what_could_not_be_delivered(mock: MockCluster) -> None:
+    p = producer(mock)
+    p.health(TOPIC)
+    for b in range(1, 4):
+        mock.broker_down(b)
+    for i in range(20):
+        p.produce(TOPIC, b"m%d" % i, key=b"k%d" % i, headers=[("h", b"x")])
+    left = p.close(timeout=0.3)
+    assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
+        b"m%d" % i for i in range(20)
+    )
+    assert all(m.headers == (("h", b"x"),) for m in left)
+    assert p.close() == left  # idempotent
+    with pytest.raises(Exception, match="after close"):
+        p.produce(TOPIC, b"late")

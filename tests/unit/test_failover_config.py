@@ -1,0 +1,121 @@
+"""The inner client's settings and the producer's options: defaults, warnings, bad values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from failover_partitioner import ConfigError, FailoverConfigWarning, FailoverProducer
+from failover_partitioner._config import CLIENT_DEFAULTS, client_settings
+
+BASE = {"bootstrap.servers": "127.0.0.1:1", "acks": "all"}
+BAD_KEYS: dict[Any, str] = {**BASE, 1: "x"}
+
+
+def test_defaults_apply_when_the_user_set_nothing() -> None:
+    s = client_settings(BASE)
+    for key, value in CLIENT_DEFAULTS.items():
+        assert s.client_conf[key] == value
+    assert s.client_conf["acks"] == "all"
+    assert s.warnings == ()
+
+
+def test_user_settings_and_their_aliases_win() -> None:
+    conf = {**BASE, "message.send.max.retries": 2, "delivery.timeout.ms": 20000}
+    s = client_settings(conf)
+    assert "retries" not in s.client_conf
+    assert s.client_conf["message.send.max.retries"] == 2
+    assert "message.timeout.ms" not in s.client_conf
+    assert s.client_conf["delivery.timeout.ms"] == 20000
+    assert s.warnings == ()
+
+
+def test_the_callers_dict_is_never_changed() -> None:
+    def cb(err: Any, msg: Any) -> None:
+        pass
+
+    conf = {**BASE, "on_delivery": cb}
+    before = dict(conf)
+    s = client_settings(conf)
+    assert conf == before
+    assert "on_delivery" not in s.client_conf
+    assert s.default_on_delivery is cb
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"message.timeout.ms": 300000}, "message.timeout.ms=300000 lets a failed"),
+        ({"delivery.timeout.ms": 0}, "no limit"),
+        ({"request.timeout.ms": 60000}, "request.timeout.ms=60000"),
+        ({"retries": 5, "message.timeout.ms": 120000}, "retries=5: librdkafka retries"),
+    ],
+)
+def test_settings_that_delay_rerouting_past_30_s_warn(extra: dict[str, Any], fragment: str) -> None:
+    s = client_settings({**BASE, **extra})
+    assert any(fragment in w for w in s.warnings), s.warnings
+
+
+def test_the_producer_turns_those_into_python_warnings() -> None:
+    # The bad max_in_flight stops construction before any client exists.
+    with (
+        pytest.raises(ConfigError),
+        pytest.warns(FailoverConfigWarning, match="request.timeout.ms=60000"),
+    ):
+        FailoverProducer({**BASE, "request.timeout.ms": 60000}, max_in_flight=0)
+
+
+def test_report_only_errors_is_read_from_strings_too() -> None:
+    assert client_settings({**BASE, "delivery.report.only.error": "true"}).report_only_errors
+    assert not client_settings(BASE).report_only_errors
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ([("bootstrap.servers", "x")], "conf must be a dict of confluent-kafka settings, got list"),
+        ({"acks": "all"}, "conf has no 'bootstrap.servers'"),
+        (BAD_KEYS, "conf keys must be strings"),
+        ({**BASE, "on_delivery": 5}, r"conf\['on_delivery'\] must be callable\(err, msg\), got 5"),
+        ({**BASE, "transactional.id": "t"}, "conf sets 'transactional.id'"),
+        ({**BASE, "message.timeout.ms": "soon"}, "message.timeout.ms='soon' is not a number"),
+    ],
+)
+def test_bad_client_config_is_refused_with_the_value(conf: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        client_settings(conf)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_in_flight": 0}, "max_in_flight must be an int >= 1, got 0"),
+        ({"max_in_flight": True}, "max_in_flight must be an int >= 1, got True"),
+        ({"produce_timeout_s": -1}, "produce_timeout_s must be a finite number of seconds >= 0"),
+        ({"produce_timeout_s": "5"}, "produce_timeout_s must be a number of seconds, got '5'"),
+        ({"delivery_timeout_s": 0}, "delivery_timeout_s must be a finite number of seconds > 0"),
+        ({"max_attempts": 0}, "max_attempts must be None or an int >= 1, got 0"),
+        ({"retry_backoff_s": 0}, "retry_backoff_s must be a finite number of seconds > 0"),
+        (
+            {"retry_backoff_s": 2.0, "retry_backoff_max_s": 1.0},
+            r"retry_backoff_max_s \(1.0\) must be >= retry_backoff_s \(2.0\)",
+        ),
+        ({"quarantine_backoff_s": 0}, "quarantine_backoff_s must be a finite number of seconds"),
+        (
+            {"quarantine_backoff_s": 5.0, "quarantine_max_s": 1.0},
+            r"max_s \(1.0\) must be >= initial_s \(5.0\)",
+        ),
+        ({"message_id_header": ""}, "message_id_header must be a non-empty header name or None"),
+        ({"dead_letter": "log"}, "dead_letter must be callable"),
+        ({"metrics_port": "9100"}, "metrics_port must be an int or None, got '9100'"),
+        ({"strategy": "random"}, "strategy='random' is not supported"),
+        ({"key_policy": "never"}, "key_policy='never' is not supported"),
+        ({"min_insync_replicas": 0}, "min_insync_replicas must be an int >= 1, got 0"),
+        ({"min_insync_replicas": {"t": "2"}}, r"min_insync_replicas\['t'\] must be an int >= 1"),
+        ({"metadata_refresh_s": 0}, "metadata_refresh_s must be a finite number of seconds > 0"),
+    ],
+)
+def test_bad_options_are_refused_with_the_value(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        FailoverProducer(BASE, **kwargs)

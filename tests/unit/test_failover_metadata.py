@@ -1,0 +1,197 @@
+"""Metadata refresh: schedule, min.insync.replicas resolution, retries, keeping the last view."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from failover_partitioner import ConfigError, MetadataUnavailable, TopicMetadata
+from failover_partitioner.health import PartitionMetadata
+from failover_partitioner.metadata import (
+    MetadataRefresher,
+    MinIsr,
+    PartitionsAnswer,
+    RefreshSchedule,
+)
+from failover_partitioner.metadata.confluent import admin_config
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeSource:
+    def __init__(self) -> None:
+        self.isr = (1, 2, 3)
+        self.fail_partitions = 0  # how many next partitions() calls raise
+        self.min_isr: MinIsr | None = MinIsr(value=2, source="topic")
+        self.min_isr_raises = False
+        self.exists = True
+        self.calls = 0
+        self.min_isr_calls = 0
+
+    def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
+        self.calls += 1
+        if self.fail_partitions:
+            self.fail_partitions -= 1
+            raise ConnectionError("broker unreachable")
+        if not self.exists:
+            return PartitionsAnswer(partitions=(), exists=False)
+        parts = tuple(
+            PartitionMetadata(partition=p, leader=1, replicas=(1, 2, 3), isr=self.isr)
+            for p in range(3)
+        )
+        return PartitionsAnswer(partitions=parts)
+
+    def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None:
+        self.min_isr_calls += 1
+        if self.min_isr_raises:
+            raise TimeoutError("DescribeConfigs timed out")
+        return self.min_isr
+
+    def close(self) -> None:
+        pass
+
+
+def refresher(
+    source: FakeSource, clock: Clock, **kwargs: object
+) -> tuple[MetadataRefresher, list[TopicMetadata]]:
+    updates: list[TopicMetadata] = []
+    r = MetadataRefresher(source, updates.append, clock=clock, **kwargs)  # type: ignore[arg-type]  # test kwargs
+    return r, updates
+
+
+def test_fetch_now_builds_metadata_with_the_topics_min_isr() -> None:
+    source, clock = FakeSource(), Clock()
+    r, updates = refresher(source, clock)
+    md = r.fetch_now("orders", 1.0)
+    assert md.min_insync_replicas == 2
+    assert md.min_isr_source == "topic"
+    assert [p.isr for p in md.partitions] == [(1, 2, 3)] * 3
+    assert updates == [md]
+    assert r.age_s("orders") == 0.0
+    clock.now += 7
+    assert r.age_s("orders") == 7.0
+
+
+def test_explicit_option_wins_over_the_cluster() -> None:
+    source, clock = FakeSource(), Clock()
+    r, _ = refresher(source, clock, min_insync_replicas={"orders": 3})
+    assert r.fetch_now("orders", 1.0).min_insync_replicas == 3
+    assert r.fetch_now("orders", 1.0).min_isr_source == "option"
+    assert r.fetch_now("other", 1.0).min_isr_source == "topic"
+    r2, _ = refresher(source, clock, min_insync_replicas=1)
+    calls = source.min_isr_calls
+    assert r2.fetch_now("orders", 1.0).min_insync_replicas == 1
+    assert source.min_isr_calls == calls
+
+
+def test_unknown_min_isr_falls_back_to_1_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    source, clock = FakeSource(), Clock()
+    source.min_isr_raises = True
+    r, _ = refresher(source, clock)
+    with caplog.at_level(logging.WARNING):
+        assert r.fetch_now("orders", 1.0).min_insync_replicas == 1
+        r.fetch_now("orders", 1.0)
+    warnings = [rec for rec in caplog.records if "min.insync.replicas" in rec.getMessage()]
+    assert len(warnings) == 1
+    assert r.metadata("orders") is not None
+
+
+def test_min_isr_is_asked_only_now_and_then() -> None:
+    source, clock = FakeSource(), Clock()
+    r, _ = refresher(source, clock, min_isr_refresh_s=300.0)
+    r.fetch_now("orders", 1.0)
+    r.fetch_now("orders", 1.0)
+    assert source.min_isr_calls == 1
+    clock.now += 301
+    source.min_isr = MinIsr(value=3, source="broker")
+    md = r.fetch_now("orders", 1.0)
+    assert (md.min_insync_replicas, md.min_isr_source) == (3, "broker")
+
+
+def test_transient_failures_are_retried() -> None:
+    source, clock = FakeSource(), Clock()
+    source.fail_partitions = 2
+    r, updates = refresher(source, clock)
+    md = r.fetch_now("orders", 5.0)
+    assert source.calls == 3
+    assert updates == [md]
+
+
+def test_when_metadata_cannot_be_had_the_last_view_stays_and_ages() -> None:
+    source, clock = FakeSource(), Clock()
+    r, updates = refresher(source, clock)
+    r.fetch_now("orders", 1.0)
+    source.fail_partitions = 100
+    clock.now += 60
+    with pytest.raises(MetadataUnavailable, match="no metadata for topic 'orders'"):
+        r.fetch_now("orders", 0.01)
+    assert len(updates) == 1
+    assert r.age_s("orders") == 60.0
+    last = r.metadata("orders")
+    assert last is not None
+    assert last.partitions[0].isr == (1, 2, 3)
+
+
+def test_unknown_topic_is_reported_as_not_existing() -> None:
+    source, clock = FakeSource(), Clock()
+    source.exists = False
+    r, _ = refresher(source, clock)
+    assert not r.fetch_now("nope", 1.0).exists
+
+
+def test_schedule_refreshes_faster_while_quarantined_and_on_request() -> None:
+    s = RefreshSchedule(refresh_s=30.0, fast_refresh_s=0.5, min_isr_refresh_s=300.0)
+    s.add("t", 0.0)
+    assert s.due(0.0) == ["t"]
+    s.fetched("t", 0.0, ok=True)
+    assert s.due(29.0) == []
+    assert s.due(30.0) == ["t"]
+    s.set_fast("t", True, 1.0)
+    assert s.due(1.5) == ["t"]
+    s.fetched("t", 1.5, ok=True)
+    assert s.next_due_at() == 2.0
+    s.set_fast("t", False, 1.6)
+    s.fetched("t", 2.0, ok=True)
+    assert s.next_due_at() == 32.0
+    s.request("t", 2.01)
+    assert s.next_due_at() == pytest.approx(2.05)  # not sooner than min_gap_s after the last
+
+
+def test_schedule_backs_off_after_failures() -> None:
+    s = RefreshSchedule(refresh_s=30.0, fast_refresh_s=0.5, min_isr_refresh_s=300.0)
+    s.add("t", 0.0)
+    s.fetched("t", 0.0, ok=False)
+    first = s.next_due_at()
+    s.fetched("t", 0.0, ok=False)
+    second = s.next_due_at()
+    assert first is not None
+    assert second is not None
+    assert 0 < first < second <= 5.0
+    assert s.last_success_at("t") is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"refresh_s": 0}, "metadata_refresh_s must be a number of seconds > 0, got 0"),
+        ({"fast_refresh_s": -1}, "fast_refresh_s must be a number of seconds > 0, got -1"),
+        ({"min_isr_refresh_s": "x"}, "min_isr_refresh_s must be a number of seconds > 0"),
+    ],
+)
+def test_bad_schedule_values(kwargs: dict[str, object], message: str) -> None:
+    base: dict[str, object] = {"refresh_s": 1.0, "fast_refresh_s": 1.0, "min_isr_refresh_s": 1.0}
+    with pytest.raises(ConfigError, match=message):
+        RefreshSchedule(**{**base, **kwargs})  # type: ignore[arg-type]  # deliberately wrong
+
+
+def test_admin_config_drops_python_callbacks_and_refuses_the_mock() -> None:
+    conf = {"bootstrap.servers": "b:9092", "on_delivery": print, "sasl.username": "u"}
+    assert admin_config(conf) == {"bootstrap.servers": "b:9092", "sasl.username": "u"}
+    assert admin_config({"test.mock.num.brokers": 3}) is None
