@@ -360,6 +360,48 @@ def test_a_silent_member_times_out_and_the_other_gets_everything() -> None:
     assert b.heartbeat() == GroupError.UNKNOWN_MEMBER_ID
 
 
+def test_a_member_parked_in_join_does_not_expire() -> None:
+    # Kafka keeps a member alive while its JoinGroup waits (shouldKeepAlive): its consumer
+    # cannot heartbeat before it gets an answer.
+    coord, clock = make()
+    a = Consumer(coord, "a", session_ms=3_000, rebalance_ms=20_000)
+    b = Consumer(coord, "b", session_ms=60_000, rebalance_ms=20_000)
+    form_group(coord, [a, b])
+    a.protocols = (("range", b"more topics"),)
+    assert isinstance(a.send_join(), Ticket)  # waits for b, which never rejoins
+    clock.advance_ms(10_000)
+    settle(coord, [a, b])
+    assert a.parked()
+    assert a.member_id in {m.member_id for m in coord.describe_group(GROUP).members}
+    clock.advance_ms(10_000)  # the rebalance timeout drops b; the phase completes for a
+    settle(coord, [a, b])
+    assert not a.parked()
+    assert a.join is not None
+    assert a.join.error_code == GroupError.NONE
+    assert [m.member_id for m in a.join.members] == [a.member_id]
+
+
+def test_a_follower_parked_in_sync_does_not_expire() -> None:
+    coord, clock = make()
+    a = Consumer(coord, "a", session_ms=60_000, rebalance_ms=20_000)
+    b = Consumer(coord, "b", session_ms=3_000, rebalance_ms=20_000)
+    a.join_until_parked_or_done()
+    b.join_until_parked_or_done()
+    a.heartbeat()
+    a.send_join()
+    settle(coord, [a, b])
+    assert a.join is not None
+    assert a.join.leader == a.member_id
+    assert isinstance(b.send_sync(), Ticket)
+    clock.advance_ms(10_000)  # a slow assignor, well past b's 3 s session
+    settle(coord, [a, b])
+    a.send_sync()
+    settle(coord, [a, b])
+    assert b.assignment is not None
+    assert partitions_of(b.assignment)
+    assert b.heartbeat() == GroupError.NONE
+
+
 def test_session_expiry_is_timed_from_the_last_heartbeat_even_when_ticked_late() -> None:
     coord, clock = make()
     a = Consumer(coord, "a", session_ms=5_000)
