@@ -16,8 +16,8 @@ import statistics
 import time
 
 from confluent_kafka import Producer
-from harness import Figure
 
+from harness import Figure
 from minibroker import Cluster
 
 ISSUE = 3
