@@ -1,0 +1,57 @@
+"""Real Apache Kafka for the interop layer.
+
+Two ways to get one, in this order:
+- ``KAFKA_BOOTSTRAP=host:port`` names an existing cluster (fault injection is then impossible, so
+  the tests that need it skip with a message);
+- testcontainers starts ``apache/kafka`` when a Docker engine answers.
+Without either, every interop test skips with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+KAFKA_IMAGE = os.environ.get("KAFKA_IMAGE", "apache/kafka:3.9.1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RealKafka:
+    bootstrap_servers: str
+    source: str  # "KAFKA_BOOTSTRAP" or "testcontainers"
+
+
+def _docker_reachable() -> str | None:
+    """None when a Docker engine answers, else why not."""
+    try:
+        import docker  # testcontainers depends on it
+    except ImportError as exc:  # pragma: no cover - testcontainers pulls it in
+        return f"the docker package is not importable ({exc})"
+    try:
+        client = docker.from_env(timeout=3)
+        client.ping()
+        client.close()
+    except Exception as exc:
+        return f"no Docker engine reachable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def real_kafka() -> Iterator[RealKafka]:
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        yield RealKafka(bootstrap_servers=bootstrap, source="KAFKA_BOOTSTRAP")
+        return
+    why = _docker_reachable()
+    if why is not None:
+        pytest.skip(
+            "interop needs real Kafka: set KAFKA_BOOTSTRAP=host:port for an existing cluster, "
+            f"or run where a Docker engine is reachable for testcontainers; here {why}"
+        )
+    from testcontainers.kafka import KafkaContainer
+
+    with KafkaContainer(KAFKA_IMAGE).with_kraft() as container:
+        yield RealKafka(bootstrap_servers=container.get_bootstrap_server(), source="testcontainers")
