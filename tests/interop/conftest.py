@@ -26,16 +26,20 @@ class RealKafka:
 
 def _docker_reachable() -> str | None:
     """None when a Docker engine answers, else why not."""
-    try:
-        import docker  # testcontainers depends on it
-    except ImportError as exc:  # pragma: no cover - testcontainers pulls it in
-        return f"the docker package is not importable ({exc})"
+    host = os.environ.get("DOCKER_HOST")
+    if not host and not os.path.exists("/var/run/docker.sock"):
+        return "no Docker engine (DOCKER_HOST unset and /var/run/docker.sock absent)"
+    import docker  # testcontainers depends on it
+
+    client = None
     try:
         client = docker.from_env(timeout=3)
         client.ping()
-        client.close()
     except Exception as exc:
-        return f"no Docker engine reachable ({type(exc).__name__}: {exc})"
+        return f"no Docker engine answered ({type(exc).__name__}: {exc})"
+    finally:
+        if client is not None:
+            client.close()
     return None
 
 
