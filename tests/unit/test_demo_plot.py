@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from failover_partitioner._demo.plot import plot_deliveries
+from failover_partitioner._demo.plot import _rates, plot_deliveries
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -24,6 +24,7 @@ def test_plot_is_a_png_with_both_series_and_the_fault(tmp_path: Path) -> None:
         fault=(10.0, 20.0),
         fault_label="fault",
         produce_end_s=22.0,
+        end_s=22.1,
         title="test",
     )
     assert written == out
@@ -37,6 +38,12 @@ def test_plot_without_a_fault(tmp_path: Path) -> None:
         fault=None,
         fault_label="",
         produce_end_s=3.0,
+        end_s=3.0,
         title="no fault",
     )
     assert png_size(out)[0] > 0
+
+
+def test_a_partial_last_bin_is_drawn_as_a_rate_or_left_out() -> None:
+    assert _rates([300, 300, 150], 2.5) == ([0.5, 1.5, 2.25], [300.0, 300.0, 300.0])
+    assert _rates([300, 300, 2], 2.1) == ([0.5, 1.5], [300.0, 300.0])

@@ -29,6 +29,7 @@ RUN = RunInfo(
     duration_s=40.0,
     rate_per_s=300.0,
     min_insync_replicas=2,
+    deadline_s=50.0,
     elapsed_s=55.0,
     plot=None,
 )
@@ -54,6 +55,7 @@ def test_report_has_one_object_per_producer_and_the_fault_window() -> None:
         end_s=30.0,
         start_utc="2025-01-01T00:00:10+00:00",
         end_utc="2025-01-01T00:00:30+00:00",
+        degraded_partitions=(2, 3),
     )
     snap = Snapshot(
         label="during",
@@ -74,6 +76,10 @@ def test_report_has_one_object_per_producer_and_the_fault_window() -> None:
     assert report["fault"]["start_s"] == 10.0
     assert report["fault"]["end_s"] == 30.0
     assert report["fault"]["brokers"] == [4, 5]
+    assert report["fault"]["degraded_partitions"] == [2, 3]
+    # Floats are rounded for reading: 2.0 - 0.1 is not printed as 1.9000000000000001.
+    assert report["plain"]["longest_stall_s"] == 1.9
+    assert report["plain"]["p50_ms"] == 4.0
     assert report["partitions"]["during"]["rows"][0]["state"] == "UNDER_MIN"
     assert report["run"]["rate_per_s"] == 300.0
 

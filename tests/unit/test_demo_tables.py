@@ -16,6 +16,7 @@ from failover_partitioner._demo.render import (
     partition_table,
     producer_table,
     progress_line,
+    verdict,
 )
 from failover_partitioner._demo.stats import ProducerSummary
 
@@ -149,3 +150,25 @@ def test_progress_line_names_phase_and_every_producer() -> None:
     assert "failover:   300/s delivered   3990 failed    0 rerouted    57" in line
     assert "\n" not in line
     assert "\r" not in line
+
+
+def test_verdict_states_loss_waits_and_duplicates() -> None:
+    plain = summary(
+        "plain",
+        lost=12,
+        undelivered=12,
+        not_delivered_within_1s=1334,
+        longest_stall_s=8.72,
+        duplicates=154,
+        possible_duplicates=None,
+    )
+    assert verdict(plain) == (
+        "plain: LOST 12 of 1000 messages, 12 still undelivered at the deadline, "
+        "1334 not delivered within 1 s (longest wait 8.7 s), "
+        "154 duplicates in the topic, none reported"
+    )
+    failover = summary("failover", rerouted=218, duplicates=177, possible_duplicates=177)
+    assert verdict(failover) == (
+        "failover: lost none of 1000 messages, 0 not delivered within 1 s (longest wait 0.2 s), "
+        "218 rerouted, 177 duplicates in the topic, 177 reported as possible"
+    )

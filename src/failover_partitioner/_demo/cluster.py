@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 # Defined here; confluent_kafka.admin re-exports them without __all__, which strict mypy rejects.
@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 PARTITIONS = 12
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
+# A cluster that cannot describe itself within this long is reported as unreachable.
+_REACH_TIMEOUT_S = 5.0
 
 
 class DemoError(Exception):
@@ -65,25 +67,32 @@ class ExternalCluster:
         self._created: list[str] = []
 
     def prepare_topic(self, name: str) -> Topic:
-        """Use ``name`` if it exists, else create it like the embedded demo topic."""
+        """Use ``name`` if it exists, else create it like the embedded demo topic.
+
+        DescribeCluster and DescribeTopics, not a Metadata request naming the topic: on a
+        cluster with auto.create.topics.enable that request would create it with defaults.
+        """
         try:
-            md = self._admin.list_topics(timeout=self._timeout_s)
-        except KafkaException as e:
+            brokers = len(
+                self._admin.describe_cluster(request_timeout=_REACH_TIMEOUT_S)
+                .result(timeout=_REACH_TIMEOUT_S + 5)
+                .nodes
+            )
+        except Exception as e:
             raise DemoError(
                 f"cannot reach the cluster at {self.bootstrap_servers!r} ({e}); "
                 "check --bootstrap, or leave it out to use the embedded cluster"
             ) from e
-        existing = md.topics.get(name)
-        if existing is not None and existing.error is None and existing.partitions:
-            replicas = min(len(p.replicas) for p in existing.partitions.values())
+        existing = self._describe(name)
+        if existing:
             return Topic(
                 name=name,
-                partitions=len(existing.partitions),
-                replication_factor=replicas,
+                partitions=len(existing),
+                replication_factor=min(len(r.replicas) for r in existing),
                 min_insync_replicas=self._min_insync_replicas(name),
                 created=False,
             )
-        rf = min(REPLICATION_FACTOR, max(1, len(md.brokers)))
+        rf = min(REPLICATION_FACTOR, max(1, brokers))
         min_isr = min(MIN_INSYNC_REPLICAS, rf)
         futures = self._admin.create_topics(
             [NewTopic(name, PARTITIONS, rf, config={"min.insync.replicas": str(min_isr)})],
@@ -106,6 +115,28 @@ class ExternalCluster:
             created=True,
         )
 
+    def _describe(self, name: str) -> tuple[PartitionRow, ...]:
+        """The topic's partitions, or () if it does not exist."""
+        future = self._admin.describe_topics(
+            TopicCollection([name]), request_timeout=self._timeout_s
+        )[name]
+        try:
+            description = future.result(timeout=self._timeout_s + 5)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return ()
+            raise
+        return tuple(
+            PartitionRow(
+                partition=p.id,
+                leader=None if p.leader is None or p.leader.id < 0 else p.leader.id,
+                replicas=tuple(n.id for n in p.replicas),
+                isr=tuple(n.id for n in p.isr),
+            )
+            for p in sorted(description.partitions, key=lambda p: p.id)
+        )
+
     def _min_insync_replicas(self, name: str) -> int:
         resource = ConfigResource("TOPIC", name)
         try:
@@ -118,19 +149,7 @@ class ExternalCluster:
         return int(entry.value) if entry is not None and entry.value is not None else 1
 
     def rows(self, topic: Topic) -> tuple[PartitionRow, ...]:
-        md = self._admin.list_topics(topic.name, timeout=self._timeout_s)
-        t = md.topics.get(topic.name)
-        if t is None:
-            return ()
-        return tuple(
-            PartitionRow(
-                partition=p.id,
-                leader=None if p.leader < 0 else p.leader,
-                replicas=tuple(p.replicas),
-                isr=tuple(p.isrs),
-            )
-            for p in sorted(t.partitions.values(), key=lambda p: p.id)
-        )
+        return self._describe(topic.name)
 
     def inject(self, kind: str, brokers: tuple[int, ...]) -> None:
         raise DemoError("faults can only be injected into the embedded cluster")
@@ -147,3 +166,75 @@ class ExternalCluster:
                 except Exception as e:
                     log.warning("could not delete demo topic %s: %s", name, e)
             self._created.clear()
+
+
+# The embedded cluster's settings: Kafka's names, values that make the fault bite within a
+# second instead of Kafka's 30 s (replica.lag.time.max.ms), and leadership moving back to the
+# preferred replica after recovery so the "after" table looks like the "before" one.
+EMBEDDED_BROKERS = 5
+EMBEDDED_CONFIG = {
+    "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
+    "default.replication.factor": str(REPLICATION_FACTOR),
+    "replica.lag.time.max.ms": "1000",
+    "auto.leader.rebalance.enable": "true",
+}
+
+
+class EmbeddedCluster:
+    """A 5-broker minibroker cluster in this process: no setup, and faults on demand."""
+
+    can_inject_faults = True
+
+    def __init__(self) -> None:
+        from minibroker import Cluster  # imported late: only the embedded mode needs it
+
+        self._cluster = Cluster(brokers=EMBEDDED_BROKERS, config=EMBEDDED_CONFIG).start()
+        self.bootstrap_servers = self._cluster.bootstrap_servers
+        self.description = (
+            f"embedded minibroker, {EMBEDDED_BROKERS} brokers at {self.bootstrap_servers}"
+        )
+
+    def prepare_topic(self, name: str) -> Topic:
+        self._cluster.create_topic(
+            name,
+            partitions=PARTITIONS,
+            replication_factor=REPLICATION_FACTOR,
+            config={"min.insync.replicas": str(MIN_INSYNC_REPLICAS)},
+        )
+        return Topic(
+            name=name,
+            partitions=PARTITIONS,
+            replication_factor=REPLICATION_FACTOR,
+            min_insync_replicas=MIN_INSYNC_REPLICAS,
+            created=True,
+        )
+
+    def rows(self, topic: Topic) -> tuple[PartitionRow, ...]:
+        return tuple(
+            PartitionRow(
+                partition=s.partition,
+                leader=None if s.leader < 0 else s.leader,
+                replicas=s.replicas,
+                isr=s.isr,
+            )
+            for s in sorted(self._cluster.describe(topic.name), key=lambda s: s.partition)
+        )
+
+    def inject(self, kind: str, brokers: tuple[int, ...]) -> None:
+        for b in brokers:
+            if kind == "isolate":
+                self._cluster.isolate_broker(b)
+            elif kind == "stop":
+                self._cluster.stop_broker(b)
+            else:
+                raise DemoError(f"fault {kind!r}: choose isolate or stop")
+
+    def heal(self, kind: str, brokers: tuple[int, ...]) -> None:
+        for b in brokers:
+            if kind == "isolate":
+                self._cluster.heal_broker(b)
+            else:
+                self._cluster.start_broker(b)
+
+    def close(self) -> None:
+        self._cluster.close()

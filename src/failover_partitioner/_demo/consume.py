@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from failover_partitioner._demo.messages import decode
 from failover_partitioner._demo.producers import CLIENT_LOGGER
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +59,7 @@ def consume_back(
                 err = msg.error()
                 if err is not None:
                     if err.code() != KafkaError._PARTITION_EOF:
-                        CLIENT_LOGGER.warning("consume-back: %s", err)
+                        log.warning("consume-back: %s", err)
                     continue
                 part, offset = msg.partition(), msg.offset()
                 if part is None or offset is None:

@@ -15,9 +15,14 @@ def plot_deliveries(
     fault: tuple[float, float] | None,
     fault_label: str,
     produce_end_s: float,
+    end_s: float,
     title: str,
 ) -> Path:
-    """Write the plot to ``path`` (parent folders created) and return it."""
+    """Write the plot to ``path`` (parent folders created) and return it.
+
+    ``series`` holds deliveries per one-second bin; ``end_s`` is when counting stopped, so the
+    last, partial bin is drawn as a rate rather than as a misleading drop.
+    """
     import matplotlib  # imported late: only the plot needs it, and it is the `demo` extra
 
     matplotlib.use("Agg")  # no display needed, and no GUI toolkit is touched
@@ -26,8 +31,8 @@ def plot_deliveries(
     fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
     try:
         for name, counts in series.items():
-            xs = [i + 0.5 for i in range(len(counts))]  # a bin's count drawn at its middle
-            ax.plot(xs, list(counts), label=name, color=_COLOURS.get(name), linewidth=1.6)
+            xs, ys = _rates(counts, end_s)
+            ax.plot(xs, ys, label=name, color=_COLOURS.get(name), linewidth=1.6)
         if fault is not None:
             ax.axvspan(fault[0], fault[1], color="tab:orange", alpha=0.18, label=fault_label)
         ax.axvline(produce_end_s, color="grey", linestyle=":", linewidth=1, label="producing stops")
@@ -44,3 +49,16 @@ def plot_deliveries(
     finally:
         plt.close(fig)
     return path
+
+
+def _rates(counts: Sequence[int], end_s: float) -> tuple[list[float], list[float]]:
+    """Deliveries per second at each bin's middle; a last bin under 0.25 s is left out."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, n in enumerate(counts):
+        width = min(1.0, end_s - i)
+        if width < 0.25:
+            break
+        xs.append(i + width / 2)
+        ys.append(n / width)
+    return xs, ys

@@ -101,3 +101,57 @@ class PlainSide:
 def client_config(bootstrap_servers: str) -> dict[str, Any]:
     """The confluent-kafka settings both sides share: the cluster, acks=all, quiet logs."""
     return {"bootstrap.servers": bootstrap_servers, "acks": "all", "logger": CLIENT_LOGGER}
+
+
+class FailoverSide:
+    """FailoverProducer on the same confluent-kafka settings, with its own defaults otherwise."""
+
+    name = "failover"
+
+    def __init__(self, *, bootstrap_servers: str, log: DeliveryLog) -> None:
+        from failover_partitioner.producer import FailoverProducer
+
+        self._log = log
+        self._producer = FailoverProducer(client_config(bootstrap_servers))
+        self._closed = False
+
+    def produce(self, topic: str, value: bytes, seq: int) -> bool:
+        from failover_partitioner.errors import ProduceTimeout
+
+        try:
+            self._producer.produce(
+                topic, value=value, on_delivery=functools.partial(self._delivered, seq)
+            )
+        except ProduceTimeout:
+            return False  # at its in-flight limit: backpressure, the message was not taken
+        return True
+
+    def poll(self, timeout_s: float) -> None:
+        self._producer.poll(timeout_s)
+
+    def finish(self, timeout_s: float) -> None:
+        if self._closed:
+            return
+        self._producer.flush(timeout_s)
+        # close() hands back what is still undelivered, without callbacks.
+        handed_back = self._producer.close(timeout=0.0)
+        for seq in self._log.pending():
+            self._log.undelivered(seq, "handed back by close()")
+        if handed_back:
+            logging.getLogger(__name__).info(
+                "FailoverProducer handed back %d undelivered message(s)", len(handed_back)
+            )
+        self._closed = True
+
+    def rerouted(self) -> int:
+        return self._producer.statistics().rerouted
+
+    def possible_duplicates(self) -> int | None:
+        return self._producer.statistics().possible_duplicates
+
+    def _delivered(self, seq: int, err: Any, _report: Any) -> None:
+        if err is None:
+            self._log.acked(seq)
+        else:
+            name = err.name() if isinstance(err, KafkaError) else str(err)
+            self._log.failed(seq, name)

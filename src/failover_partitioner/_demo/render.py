@@ -143,3 +143,28 @@ def _align(
         ]
         out.append("  ".join(padded).rstrip())
     return "\n".join(out)
+
+
+def verdict(summary: ProducerSummary) -> str:
+    """One sentence per producer, from its figures alone."""
+    s = summary
+    parts = [f"LOST {s.lost} of {s.sent} messages" if s.lost else f"lost none of {s.sent} messages"]
+    if s.undelivered:
+        parts.append(f"{s.undelivered} still undelivered at the deadline")
+    if s.failed:
+        parts.append(f"{s.failed} failed")
+    parts.append(
+        f"{s.not_delivered_within_1s} not delivered within 1 s "
+        f"(longest wait {s.longest_stall_s:.1f} s)"
+    )
+    if s.rerouted:
+        parts.append(f"{s.rerouted} rerouted")
+    if s.duplicates:
+        if s.possible_duplicates is None:
+            parts.append(f"{s.duplicates} duplicates in the topic, none reported")
+        else:
+            parts.append(
+                f"{s.duplicates} duplicates in the topic, {s.possible_duplicates} reported "
+                "as possible"
+            )
+    return f"{s.name}: " + ", ".join(parts)

@@ -23,6 +23,7 @@ class FaultWindow:
     end_s: float | None  # None if the run ended before the fault was healed
     start_utc: str
     end_utc: str | None
+    degraded_partitions: tuple[int, ...] = ()  # refused acks=all writes just before the heal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +34,7 @@ class RunInfo:
     duration_s: float
     rate_per_s: float
     min_insync_replicas: int
+    deadline_s: float  # outcomes counted until here: the end of the drain
     elapsed_s: float  # produce, drain and consume-back together
     plot: str | None
 
@@ -52,7 +54,15 @@ def build_report(
         del fields["name"]
         fields["delivered_per_s"] = list(s.delivered_per_s)
         report[s.name] = fields
-    report["fault"] = None if fault is None else {**asdict(fault), "brokers": list(fault.brokers)}
+    report["fault"] = (
+        None
+        if fault is None
+        else {
+            **asdict(fault),
+            "brokers": list(fault.brokers),
+            "degraded_partitions": list(fault.degraded_partitions),
+        }
+    )
     report["run"] = asdict(run)
     report["partitions"] = {
         snap.label: {
@@ -70,4 +80,16 @@ def build_report(
         }
         for snap in snapshots
     }
-    return report
+    rounded: dict[str, Any] = _rounded(report)
+    return rounded
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to the microsecond (or microsecond-of-a-millisecond): readable, still exact enough."""
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    return value

@@ -253,6 +253,7 @@ def run_demo(
             duration_s=options.duration_s,
             rate_per_s=options.rate_per_s,
             min_insync_replicas=topic.min_insync_replicas,
+            deadline_s=end_s,
             elapsed_s=clock(),
             plot=None if options.plot is None else str(options.plot),
         )
@@ -315,6 +316,7 @@ class _FaultControl:
             end_s=clock(),
             start_utc=self.window.start_utc,
             end_utc=_utc_now(),
+            degraded_partitions=self.degraded_during,
         )
         self._console.event(
             f"{self.window.end_s:6.1f}s healed; partitions that refused acks=all writes "
