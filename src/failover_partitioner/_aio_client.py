@@ -1,0 +1,79 @@
+"""The aiokafka producer underneath, answering with the broker's first reply.
+
+aiokafka puts a batch that failed with a retriable error (NOT_ENOUGH_REPLICAS among them) back
+on the *same* partition and tries again until the batch is ``request_timeout_ms`` old
+(``SendProduceReqHandler._can_retry``): "messages are only partitioned once", and the failover
+layer would hear of the refusal that late. Here every produce response, good or bad, resolves
+the batch at once; the failover producer does the retrying itself, as a new message on a
+partition it chooses again (DESIGN.md section 1, point 2). It is the asyncio counterpart of
+running librdkafka with ``retries=0``.
+
+aiokafka has no public switch for this, so the sender of each inner producer is given a
+subclass that differs only in that decision. :func:`first_answer_supported` says whether the
+installed aiokafka still has the hooks; without them the producer falls back to aiokafka's own
+retries (bounded by ``request_timeout_ms``) and warns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+from aiokafka.producer import sender as _sender  # type: ignore[import-untyped,unused-ignore]
+
+__all__ = ["first_answer_supported", "make_inner_producer"]
+
+logger = logging.getLogger(__name__)
+
+
+def first_answer_supported() -> bool:
+    """True when the installed aiokafka has the hooks the first-answer sender overrides."""
+    handler = getattr(_sender, "SendProduceReqHandler", None)
+    sender = getattr(_sender, "Sender", None)
+    return (
+        handler is not None
+        and sender is not None
+        and callable(getattr(handler, "_can_retry", None))
+        and callable(getattr(handler, "do", None))
+        and callable(getattr(sender, "_send_produce_req", None))
+    )
+
+
+if first_answer_supported():
+
+    class _FirstAnswerHandler(_sender.SendProduceReqHandler):  # type: ignore[misc]  # aiokafka is untyped
+        """Never re-enqueue a failed batch: its messages go back to the failover producer."""
+
+        def _can_retry(self, error: Any, batch: Any) -> bool:
+            return False
+
+    class _FirstAnswerSender(_sender.Sender):  # type: ignore[misc]  # aiokafka is untyped
+        """aiokafka's sender with :class:`_FirstAnswerHandler` for produce requests."""
+
+        async def _send_produce_req(self, node_id: int, batches: Mapping[Any, Any]) -> None:
+            await _FirstAnswerHandler(self, batches).do(node_id)
+            # What the base method does after its handler: the node and partitions are free.
+            self._in_flight.remove(node_id)
+            for tp in batches:
+                self._muted_partitions.remove(tp)
+
+
+def make_inner_producer(client_kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
+    """A new ``AIOKafkaProducer`` (not started) and whether it answers with the first reply.
+
+    Must be called inside the running event loop (aiokafka binds to it).
+    """
+    producer = AIOKafkaProducer(**dict(client_kwargs))
+    sender = getattr(producer, "_sender", None)
+    if first_answer_supported() and type(sender) is _sender.Sender:
+        # Same state, one overridden decision: swapping the class keeps every attribute.
+        sender.__class__ = _FirstAnswerSender
+        return producer, True
+    logger.warning(
+        "this aiokafka version does not have the sender hooks the failover producer uses; "
+        "a refused batch is retried on its partition for up to request_timeout_ms before it "
+        "is rerouted"
+    )
+    return producer, False

@@ -1,0 +1,348 @@
+"""Knowing the cluster from asyncio: Metadata and DescribeConfigs over the producer's own client.
+
+The source sends its own Metadata request (v5 with aiokafka 0.14) for the watched topics rather
+than reading aiokafka's cache: the cache keeps no topic error codes (so "unknown topic" could
+not be told from "not created yet") and its ISR sits in private fields. min.insync.replicas is
+not in metadata responses (KIP-637 was never implemented); DescribeConfigs on the topic answers
+it with where the value came from.
+
+The refresher is the asyncio twin of :class:`failover_partitioner.metadata.MetadataRefresher`,
+on the same pure :class:`~failover_partitioner.metadata.RefreshSchedule`: every
+``refresh_s``, every ``fast_refresh_s`` while a partition is quarantined, at once on request
+(never more often than the schedule's minimum gap), retrying with back-off and keeping the last
+answer, with its age, when the cluster cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from tenacity import AsyncRetrying, stop_after_attempt, stop_after_delay, wait_exponential
+
+from failover_partitioner.errors import ConfigError, MetadataUnavailable
+from failover_partitioner.health import PartitionMetadata, TopicMetadata
+from failover_partitioner.metadata import MinIsr, PartitionsAnswer, RefreshSchedule
+
+__all__ = [
+    "AioMetadataRefresher",
+    "AioMetadataSource",
+    "ClientLike",
+    "check_min_isr_option",
+    "parse_min_isr",
+    "parse_partitions",
+]
+
+logger = logging.getLogger(__name__)
+
+_UNKNOWN_TOPIC_OR_PART = 3
+_TOPIC_RESOURCE = 2
+_TOPIC_CONFIG_SOURCE = 1  # DescribeConfigs v1+: DYNAMIC_TOPIC_CONFIG
+
+
+class ClientLike(Protocol):
+    """What the source needs from ``AIOKafkaClient``: its brokers and a request channel."""
+
+    @property
+    def cluster(self) -> Any: ...
+
+    async def send(self, node_id: Any, request: Any) -> Any: ...
+
+
+def parse_partitions(response: Any, topic: str) -> PartitionsAnswer:
+    """``topic`` in a Metadata response (v1+ layout, as aiokafka decodes it).
+
+    Raises :class:`MetadataUnavailable` for an answer worth asking again (leader election or
+    topic creation in progress, a missing topic entry).
+    """
+    racks: dict[int, str | None] = {}
+    for broker in response.brokers:
+        node_id, _host, _port, rack = broker[:4]
+        racks[int(node_id)] = rack
+    for entry in response.topics:
+        error_code, name = entry[0], entry[1]
+        partitions = entry[-1]
+        if name != topic:
+            continue
+        if error_code == _UNKNOWN_TOPIC_OR_PART:
+            return PartitionsAnswer(partitions=(), exists=False)
+        if not partitions:
+            raise MetadataUnavailable(
+                f"metadata for topic {topic!r} has no partitions (error code {error_code})"
+            )
+        by_id = {int(p[1]): p for p in partitions}
+        parts = []
+        for pid in range(max(by_id) + 1):
+            p = by_id.get(pid)
+            if p is None:  # a hole in the answer: leaderless until the next fetch
+                parts.append(PartitionMetadata(partition=pid, leader=-1, replicas=(), isr=()))
+                continue
+            leader = int(p[2])
+            parts.append(
+                PartitionMetadata(
+                    partition=pid,
+                    leader=leader,
+                    replicas=tuple(int(r) for r in p[3]),
+                    isr=tuple(int(r) for r in p[4]),
+                    leader_rack=racks.get(leader),
+                )
+            )
+        return PartitionsAnswer(partitions=tuple(parts), exists=True)
+    raise MetadataUnavailable(f"the metadata response has no entry for topic {topic!r}")
+
+
+def parse_min_isr(response: Any, topic: str) -> MinIsr | None:
+    """min.insync.replicas of ``topic`` in a DescribeConfigs response, or None if absent."""
+    for resource in response.resources:
+        error_code, _message, resource_type, name, entries = resource[:5]
+        if resource_type != _TOPIC_RESOURCE or name != topic:
+            continue
+        if error_code != 0:
+            return None
+        for e in entries:
+            if e[0] != "min.insync.replicas" or e[1] is None:
+                continue
+            # v0 only says whether the value is a default; v1+ names its source.
+            from_topic = not e[3] if response.API_VERSION == 0 else e[3] == _TOPIC_CONFIG_SOURCE
+            return MinIsr(value=max(1, int(e[1])), source="topic" if from_topic else "broker")
+    return None
+
+
+class AioMetadataSource:
+    """Partitions and min.insync.replicas of a topic, asked over ``client``."""
+
+    def __init__(self, client: ClientLike) -> None:
+        self._client = client
+
+    def _nodes(self) -> list[Any]:
+        nodes = [b.nodeId for b in self._client.cluster.brokers()]
+        random.shuffle(nodes)
+        return nodes
+
+    async def _ask(self, request: Any, timeout_s: float) -> Any:
+        """Send ``request`` to one broker after another until one answers within the time."""
+        deadline = time.monotonic() + timeout_s
+        last: BaseException | None = None
+        for node in self._nodes():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                return await asyncio.wait_for(self._client.send(node, request), remaining)
+            except (OSError, asyncio.TimeoutError) as exc:
+                last = exc
+            except Exception as exc:  # aiokafka's connection errors: try the next broker
+                last = exc
+        raise MetadataUnavailable(f"no broker answered within {timeout_s:g} s (last: {last!r})")
+
+    async def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
+        from aiokafka.protocol.metadata import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+            MetadataRequest,
+        )
+
+        response = await self._ask(MetadataRequest([topic], True), timeout_s)
+        return parse_partitions(response, topic)
+
+    async def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None:
+        from aiokafka.protocol.admin import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+            DescribeConfigsRequest,
+        )
+
+        request = DescribeConfigsRequest([(_TOPIC_RESOURCE, topic, ["min.insync.replicas"])])
+        response = await self._ask(request, timeout_s)
+        return parse_min_isr(response, topic)
+
+
+class SourceLike(Protocol):
+    async def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer: ...
+
+    async def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None: ...
+
+
+def check_min_isr_option(value: object) -> int | Mapping[str, int] | None:
+    """``min_insync_replicas=``: None, an int >= 1 for every topic, or a mapping topic -> int."""
+
+    def check(v: object, where: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"min_insync_replicas{where} must be an int >= 1, got {v!r}")
+        return v
+
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): check(v, f"[{k!r}]") for k, v in value.items()}
+    return check(value, "")
+
+
+class AioMetadataRefresher:
+    """Keeps every watched topic's metadata fresh from a task on the running loop.
+
+    ``on_update(metadata)`` is called on the loop with each successful fetch. Every method
+    must be called from the loop's thread.
+    """
+
+    def __init__(
+        self,
+        source: SourceLike,
+        on_update: Callable[[TopicMetadata], None],
+        *,
+        min_insync_replicas: int | Mapping[str, int] | None = None,
+        refresh_s: float = 30.0,
+        fast_refresh_s: float = 0.5,
+        min_isr_refresh_s: float = 300.0,
+        request_timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self._on_update = on_update
+        self._option = check_min_isr_option(min_insync_replicas)
+        if (
+            isinstance(request_timeout_s, bool)
+            or not isinstance(request_timeout_s, (int, float))
+            or not request_timeout_s > 0
+        ):
+            raise ConfigError(
+                f"metadata_timeout_s must be a number of seconds > 0, got {request_timeout_s!r}"
+            )
+        self._timeout_s = float(request_timeout_s)
+        self._clock = clock
+        self._schedule = RefreshSchedule(
+            refresh_s=refresh_s, fast_refresh_s=fast_refresh_s, min_isr_refresh_s=min_isr_refresh_s
+        )
+        self._metadata: dict[str, TopicMetadata] = {}
+        self._min_isr: dict[str, MinIsr] = {}
+        self._warned_default: set[str] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def watch(self, topic: str) -> None:
+        self._schedule.add(topic, self._clock())
+        self._wake.set()
+
+    def request_refresh(self, topic: str) -> None:
+        self._schedule.request(topic, self._clock())
+        self._wake.set()
+
+    def set_fast(self, topic: str, fast: bool) -> None:
+        self._schedule.set_fast(topic, fast, self._clock())
+        self._wake.set()
+
+    def metadata(self, topic: str) -> TopicMetadata | None:
+        return self._metadata.get(topic)
+
+    def age_s(self, topic: str) -> float | None:
+        md = self._metadata.get(topic)
+        return None if md is None else max(0.0, self._clock() - md.fetched_at)
+
+    async def fetch_now(self, topic: str, timeout_s: float) -> TopicMetadata:
+        """Fetch ``topic`` now, retrying until ``timeout_s``; start watching it."""
+        self.watch(topic)
+        deadline = self._clock() + timeout_s
+        md = await self._fetch(topic, deadline=deadline, min_isr_budget_s=min(1.0, timeout_s / 2))
+        if md is None:
+            raise MetadataUnavailable(
+                f"no metadata for topic {topic!r} within {timeout_s:g} s; check "
+                "bootstrap_servers and that the cluster is reachable (the producer keeps "
+                "trying in the background)"
+            )
+        return md
+
+    async def _run(self) -> None:
+        schedule = self._schedule
+        while True:
+            for topic in schedule.due(self._clock()):
+                await self._fetch(
+                    topic, deadline=self._clock() + self._timeout_s, min_isr_budget_s=None
+                )
+            next_at = schedule.next_due_at()
+            wait = 1.0 if next_at is None else max(0.0, min(1.0, next_at - self._clock()))
+            if wait > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                self._wake.clear()
+
+    async def _fetch(
+        self, topic: str, *, deadline: float, min_isr_budget_s: float | None
+    ) -> TopicMetadata | None:
+        min_isr = await self._resolve_min_isr(topic, min_isr_budget_s)
+        try:
+            answer = await self._partitions_with_retries(topic, deadline)
+        except Exception as exc:
+            self._schedule.fetched(topic, self._clock(), ok=False)
+            last = self._metadata.get(topic)
+            logger.warning(
+                "metadata for topic %s could not be fetched (%s); keeping the last view, %s old",
+                topic,
+                exc,
+                "never fetched" if last is None else f"{self._clock() - last.fetched_at:.1f} s",
+            )
+            return None
+        now = self._clock()
+        md = TopicMetadata(
+            topic=topic,
+            partitions=answer.partitions,
+            min_insync_replicas=min_isr.value,
+            min_isr_source=min_isr.source,
+            exists=answer.exists,
+            fetched_at=now,
+        )
+        self._schedule.fetched(topic, now, ok=True)
+        self._metadata[topic] = md
+        self._on_update(md)
+        return md
+
+    async def _partitions_with_retries(self, topic: str, deadline: float) -> PartitionsAnswer:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(4) | stop_after_delay(max(0.0, deadline - self._clock())),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                remaining = max(0.05, deadline - self._clock())
+                return await self._source.partitions(topic, remaining)
+        raise AssertionError("unreachable: AsyncRetrying re-raises the last error")
+
+    async def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr:
+        option = self._option
+        if isinstance(option, int):
+            return MinIsr(value=option, source="option")
+        if option is not None and topic in option:
+            return MinIsr(value=option[topic], source="option")
+        cached = self._min_isr.get(topic)
+        if self._schedule.min_isr_due(topic, self._clock()):
+            timeout = self._timeout_s if budget_s is None else budget_s
+            try:
+                answer = await self._source.min_insync_replicas(topic, timeout)
+            except Exception as exc:
+                logger.info("min.insync.replicas of topic %s not available: %s", topic, exc)
+                answer = None
+            self._schedule.min_isr_fetched(topic, self._clock(), ok=answer is not None)
+            if answer is not None:
+                self._min_isr[topic] = answer
+                cached = answer
+        if cached is not None:
+            return cached
+        if topic not in self._warned_default:
+            self._warned_default.add(topic)
+            logger.warning(
+                "min.insync.replicas of topic %s is unknown (DescribeConfigs failed or is not "
+                "allowed); assuming 1 until it can be read. Pass min_insync_replicas= to set it",
+                topic,
+            )
+        return MinIsr(value=1, source="default")

@@ -1,0 +1,1043 @@
+"""``AsyncFailoverProducer``: aiokafka's producer, routing around partitions under min ISR.
+
+Theory of operation (DESIGN.md sections 1, 3 and 4; the asyncio twin of ``FailoverProducer``):
+
+* ``send`` counts the message in at the inflow gate (an :class:`retry_buffer.AsyncRetryBuffer`:
+  at most ``max_in_flight`` messages without a final outcome; it waits up to
+  ``produce_timeout_s`` there, then raises :class:`ProduceTimeout`), chooses a partition from
+  the topic's current :class:`~failover_partitioner.health.TopicView`, and appends the message
+  to that partition's open batch. It never waits on the network: one task per partition hands
+  closed batches to aiokafka (``send_batch``) one at a time, so a stalled partition cannot hold
+  up ``send`` for the others.
+* The inner producer answers with the broker's first reply (``_aio_client``). A batch's
+  done-callback only reports: delivered messages resolve their futures; failed ones are
+  classified, their partition is quarantined at once when the error says so, and they wait in
+  the failed buffer.
+* A retry task takes due failed messages and appends them again, as new messages with a new
+  partition choice. It is a task of its own: nothing is re-sent from inside a done-callback.
+* Metadata (partitions, ISR, min.insync.replicas) is refreshed by a task of its own
+  (``_aio_metadata``), faster while a partition is quarantined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import functools
+import itertools
+import logging
+import os
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import Any, Final
+
+from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+    MessageSizeTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from aiokafka.record.default_records import (  # type: ignore[import-untyped,unused-ignore]
+    DefaultRecordBatchBuilder,
+)
+from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+    RecordMetadata,
+    TopicPartition,
+)
+
+from failover_partitioner import _aio_client
+from failover_partitioner._aio_errors import error_class
+from failover_partitioner._aio_metadata import (
+    AioMetadataRefresher,
+    AioMetadataSource,
+    check_min_isr_option,
+)
+from failover_partitioner._aio_settings import aio_client_settings
+from failover_partitioner._config import (
+    FailoverConfigWarning,
+    check_count,
+    check_positive_number,
+    choice_options,
+)
+from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner.choose import ChoiceOptions, PartitionChooser
+from failover_partitioner.errors import (
+    ConfigError,
+    FailoverError,
+    MetadataUnavailable,
+    NoUsablePartition,
+    ProducerClosed,
+    ProduceTimeout,
+)
+from failover_partitioner.health import (
+    PartitionHealth,
+    TopicMetadata,
+    TopicView,
+    partition_health,
+)
+from failover_partitioner.metadata import RefreshSchedule
+from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
+from failover_partitioner.producer import ProducerStatistics
+from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
+from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout, RetryPolicy
+
+__all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]
+
+logger = logging.getLogger(__name__)
+
+AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
+"""``hook(message, exc)``: called once, on the loop, for each message that failed finally."""
+
+HeadersIn = Mapping[str, bytes | str | None] | list[tuple[str, bytes | str | None]] | None
+_Headers = list[tuple[str, bytes | None]]
+
+# Errors a broker gives a whole batch because of one record in it: such a batch is split and
+# its messages tried alone, so that only the offending one fails.
+_PER_RECORD_CODES: Final = frozenset({2, 10, 18, 87})
+
+_NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
+_names = itertools.count(1)
+
+
+class _Message:
+    """One accepted message and where its current attempt stands."""
+
+    __slots__ = (
+        "attempts",
+        "dup",
+        "entry",
+        "future",
+        "headers",
+        "key",
+        "partition",
+        "sent",
+        "solo",
+        "timestamp",
+        "topic",
+        "value",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: _Headers | None,
+        timestamp: int | None,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.topic = topic
+        self.value = value
+        self.key = key
+        self.headers = headers
+        self.timestamp = timestamp
+        self.future = future
+        self.entry: Entry[_Message] | None = None
+        self.partition = -1
+        self.attempts = 0
+        self.dup = False  # an earlier attempt may have been written
+        self.sent = False  # handed to aiokafka, no answer yet
+        self.solo = False  # must travel in a batch of its own
+
+    def undelivered(self, last_error: object) -> UndeliveredMessage:
+        return UndeliveredMessage(
+            topic=self.topic,
+            value=self.value,
+            key=self.key,
+            headers=None if self.headers is None else tuple(self.headers),
+            timestamp=self.timestamp,
+            attempts=self.attempts,
+            last_error=last_error,
+            possibly_delivered=self.dup or self.sent,
+        )
+
+
+class _Batch:
+    __slots__ = ("builder", "lane", "messages")
+
+    def __init__(self, lane: _Lane, builder: Any) -> None:
+        self.lane = lane
+        self.builder = builder
+        self.messages: list[_Message] = []
+
+
+class _Lane:
+    """One partition: its open batch, closed batches waiting, and whether its task runs."""
+
+    __slots__ = ("busy", "open", "partition", "ready", "topic", "tp")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.tp = TopicPartition(topic, partition)
+        self.open: _Batch | None = None
+        self.ready: deque[_Batch] = deque()
+        self.busy = False
+
+    def take(self) -> _Batch | None:
+        if self.ready:
+            return self.ready.popleft()
+        batch = self.open
+        if batch is not None and batch.messages:
+            self.open = None
+            return batch
+        return None
+
+
+class _TopicState:
+    """One topic: its latest metadata, quarantine, chooser and partition lanes."""
+
+    __slots__ = ("chooser", "lanes", "metadata", "quarantine", "quarantines")
+
+    def __init__(
+        self, metadata: TopicMetadata, policy: QuarantinePolicy, options: ChoiceOptions
+    ) -> None:
+        self.metadata = metadata
+        self.quarantine = Quarantine(policy)
+        self.quarantines = 0
+        self.chooser = PartitionChooser(TopicView.build(metadata), options)
+        self.lanes: list[_Lane] = []
+
+    def rebuild(self) -> None:
+        self.chooser.update(TopicView.build(self.metadata, self.quarantine.partitions))
+
+    def usable_by_metadata(self, partition: int) -> bool:
+        parts = self.metadata.partitions
+        if partition >= len(parts):
+            return False
+        state = partition_health(parts[partition], self.metadata.min_insync_replicas)
+        return state is not PartitionHealth.UNAVAILABLE
+
+    def lane(self, partition: int) -> _Lane:
+        lanes = self.lanes
+        while len(lanes) <= partition:
+            lanes.append(_Lane(self.metadata.topic, len(lanes)))
+        return lanes[partition]
+
+
+def _as_bytes(what: str, topic: str, value: object) -> bytes | None:
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(
+        f"{what} for topic {topic!r} must be bytes, str or None (or give a {what}_serializer), "
+        f"got {type(value).__name__}"
+    )
+
+
+def _normalise_headers(headers: object, topic: str) -> _Headers:
+    items: Any
+    if isinstance(headers, Mapping):
+        items = headers.items()
+    elif isinstance(headers, (list, tuple)):
+        items = headers
+    else:
+        raise TypeError(
+            f"headers for topic {topic!r} must be a dict or a list of (str, bytes) pairs, "
+            f"got {type(headers).__name__}"
+        )
+    out: _Headers = []
+    for h in items:
+        if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)):
+            raise TypeError(
+                f"headers for topic {topic!r} must be (str, bytes) pairs; got the item {h!r}"
+            )
+        out.append((h[0], _as_bytes("header value", topic, h[1])))
+    return out
+
+
+class AsyncFailoverProducer:
+    """An asyncio Kafka producer that keeps producing, losing nothing, while partitions are
+    under min ISR.
+
+    Keyword arguments not listed below are ``AIOKafkaProducer``'s own (``bootstrap_servers``,
+    ``acks``, ``linger_ms``, ``max_batch_size``, security settings, serializers, ...); they are
+    copied, never changed. Unless given, ``acks="all"`` and ``request_timeout_ms=5000``. The
+    failover options have the names, defaults and meaning of :class:`FailoverProducer`'s; see
+    docs/aio.md.
+
+    Use ``async with AsyncFailoverProducer(...) as ap:`` or ``await start()`` /
+    ``await stop()``. Every method must be called from the loop that started the producer.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_insync_replicas: int | Mapping[str, int] | None = None,
+        strategy: str = "round_robin",
+        key_policy: str = "failover",
+        headroom: bool = False,
+        client_rack: str | None = None,
+        sticky_messages: int = 1000,
+        sticky_bytes: int = 1_000_000,
+        max_in_flight: int = 50_000,
+        produce_timeout_s: float = 5.0,
+        delivery_timeout_s: float | None = None,
+        max_attempts: int | None = None,
+        retry_backoff_s: float = 0.01,
+        retry_backoff_max_s: float = 1.0,
+        metadata_refresh_s: float = 30.0,
+        metadata_fast_refresh_s: float = 0.5,
+        min_isr_refresh_s: float = 300.0,
+        metadata_timeout_s: float = 5.0,
+        quarantine_backoff_s: float = 0.5,
+        quarantine_max_s: float = 30.0,
+        message_id_header: str | None = None,
+        dead_letter: AsyncDeadLetterHook | None = None,
+        metrics_registry: Any = None,
+        metrics_port: int | None = None,
+        metrics_addr: str = "0.0.0.0",
+        **client_kwargs: Any,
+    ) -> None:
+        settings = aio_client_settings(client_kwargs)
+        for text in settings.warnings:
+            warnings.warn(text, FailoverConfigWarning, stacklevel=2)
+        self._options = choice_options(
+            strategy=strategy,
+            key_policy=key_policy,
+            headroom=headroom,
+            client_rack=client_rack,
+            sticky_messages=sticky_messages,
+            sticky_bytes=sticky_bytes,
+        )
+        check_count("max_in_flight", max_in_flight)
+        self._produce_timeout_s = check_positive_number(
+            "produce_timeout_s", produce_timeout_s, allow_zero=True
+        )
+        deadline = (
+            None
+            if delivery_timeout_s is None
+            else check_positive_number("delivery_timeout_s", delivery_timeout_s)
+        )
+        attempts = check_count("max_attempts", max_attempts, optional=True)
+        # > 0: a message that must wait (nothing usable) is looked at again after a pause.
+        backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
+        backoff_max = check_positive_number(
+            "retry_backoff_max_s", retry_backoff_max_s, allow_zero=True
+        )
+        if backoff_max < backoff:
+            raise ConfigError(
+                f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
+                f"({retry_backoff_s!r})"
+            )
+        self._metadata_timeout_s = check_positive_number("metadata_timeout_s", metadata_timeout_s)
+        try:
+            self._qpolicy = QuarantinePolicy(
+                initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
+                max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if message_id_header is not None and (
+            not isinstance(message_id_header, str) or not message_id_header
+        ):
+            raise ConfigError(
+                f"message_id_header must be a non-empty header name or None, "
+                f"got {message_id_header!r}"
+            )
+        if dead_letter is not None and not callable(dead_letter):
+            raise ConfigError(f"dead_letter must be callable(message, exc), got {dead_letter!r}")
+        if metrics_port is not None and (
+            isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
+        ):
+            raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
+        self._refresh = (
+            check_positive_number("metadata_refresh_s", metadata_refresh_s),
+            check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),
+            check_positive_number("min_isr_refresh_s", min_isr_refresh_s),
+        )
+        refresh_s, fast_refresh_s, min_isr_s = self._refresh
+        # Validates the combination now rather than at start().
+        RefreshSchedule(
+            refresh_s=refresh_s, fast_refresh_s=fast_refresh_s, min_isr_refresh_s=min_isr_s
+        )
+        self._min_isr_option = check_min_isr_option(min_insync_replicas)
+
+        self._settings = settings
+        self._message_id_header = message_id_header
+        self._id_prefix = os.urandom(8).hex().encode()
+        self._dead_letter = dead_letter
+        self._count_bytes = self._options.strategy == "sticky"
+        self._name = settings.client_id or f"failover-async-producer-{next(_names)}"
+        self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
+
+        self._buffer: AsyncRetryBuffer[_Message] = AsyncRetryBuffer(
+            max_in_flight=max_in_flight,
+            policy=RetryPolicy(
+                max_attempts=attempts,
+                deadline_s=deadline,
+                backoff_initial_s=backoff,
+                backoff_max_s=backoff_max,
+            ),
+            on_final_failure=self._on_final_failure,
+        )
+        self._state = _NEW
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inner: Any = None
+        self._first_answer = False
+        self._meta: AioMetadataRefresher | None = None
+        self._metrics: ProducerMetrics | None = None
+        self._topics: dict[str, _TopicState] = {}
+        self._first_fetch: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._retry_task: asyncio.Task[None] | None = None
+        self._retry_wake = asyncio.Event()
+        self._handed_over: set[_Batch] = set()
+        self._answered = asyncio.Event()
+        self._backlog = False
+        self._undelivered: list[UndeliveredMessage] | None = None
+        self._stopping: asyncio.Task[list[UndeliveredMessage]] | None = None
+        self._rerouted = 0
+        self._quarantines = 0
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster and start the background tasks."""
+        if self._state != _NEW:
+            raise FailoverError(
+                "start() was already called on this AsyncFailoverProducer; create a new one"
+            )
+        loop = asyncio.get_running_loop()
+        inner, first_answer = _aio_client.make_inner_producer(self._settings.client_kwargs)
+        try:
+            await inner.start()
+        except BaseException:
+            await inner.stop()
+            raise
+        self._loop = loop
+        self._inner = inner
+        self._first_answer = first_answer
+        self._meta = AioMetadataRefresher(
+            AioMetadataSource(inner.client),
+            self._on_metadata,
+            min_insync_replicas=self._min_isr_option,
+            request_timeout_s=self._metadata_timeout_s,
+            refresh_s=self._refresh[0],
+            fast_refresh_s=self._refresh[1],
+            min_isr_refresh_s=self._refresh[2],
+        )
+        self._meta.start()
+        self._retry_task = loop.create_task(self._retry_loop())
+        registry, port, addr = self._metrics_args
+        self._metrics = ProducerMetrics(
+            self._name, self._metrics_snapshot, registry=registry, http_port=port, http_addr=addr
+        )
+        self._state = _RUNNING
+
+    async def __aenter__(self) -> AsyncFailoverProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        if getattr(self, "_state", _CLOSED) in (_RUNNING, _CLOSING):
+            _warn(
+                f"unclosed AsyncFailoverProducer {self._name!r}: call await stop() so that "
+                "undelivered messages are handed back",
+                ResourceWarning,
+                source=self,
+            )
+
+    # -- producing --------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        headers: HeadersIn = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Accept a message and return a future of its final outcome.
+
+        The future resolves to the ``RecordMetadata`` of the delivery that succeeded (its
+        partition and offset, after any reroutes), or raises the final error. Cancelling the
+        future does not stop the delivery. ``send`` itself waits only while ``max_in_flight``
+        messages are in flight, up to ``produce_timeout_s``, then raises
+        :class:`ProduceTimeout` carrying the message (not accepted).
+        """
+        if self._state != _RUNNING:
+            raise self._not_running(topic)
+        if self._backlog:
+            # Full batches wait for their partition's task: let it (and the I/O) run.
+            await asyncio.sleep(0)
+        msg = self._message(topic, value, key, headers, timestamp_ms)
+        if topic not in self._topics:
+            await self._first_metadata(topic)
+            if self._state != _RUNNING:
+                raise self._not_running(topic)
+        entry = self._buffer.try_admit(msg)
+        if entry is None:
+            entry = await self._admit_waiting(msg)
+        msg.entry = entry
+        if self._message_id_header is not None:
+            assert msg.headers is not None  # made a list in _message
+            msg.headers.append((self._message_id_header, b"%s-%d" % (self._id_prefix, entry.seq)))
+        self._dispatch(msg)
+        return msg.future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        headers: HeadersIn = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """Send a message and wait for its final outcome (see :meth:`send`).
+
+        Cancelling the wait does not stop the delivery: the message was accepted.
+        """
+        future = await self.send(topic, value, key, headers=headers, timestamp_ms=timestamp_ms)
+        return await asyncio.shield(future)
+
+    def _not_running(self, topic: str) -> FailoverError:
+        if self._state == _NEW:
+            return FailoverError(
+                f"send to {topic!r} before start(): use `async with AsyncFailoverProducer(...)` "
+                "or await start() first"
+            )
+        return ProducerClosed(f"send to {topic!r} after stop()")
+
+    def _message(
+        self, topic: str, value: object, key: object, headers: object, timestamp_ms: int | None
+    ) -> _Message:
+        """Validate and serialise a message; raises before anything is accepted."""
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        settings = self._settings
+        if settings.key_serializer is not None:
+            key = settings.key_serializer(key)
+        if settings.value_serializer is not None:
+            value = settings.value_serializer(value)
+        kbytes = _as_bytes("key", topic, key)
+        vbytes = _as_bytes("value", topic, value)
+        hlist = None if headers is None else _normalise_headers(headers, topic)
+        if hlist is None and self._message_id_header is not None:
+            hlist = []
+        if timestamp_ms is not None and (
+            isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)
+        ):
+            raise TypeError(
+                f"timestamp_ms must be an int of epoch milliseconds or None, got {timestamp_ms!r}"
+            )
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(kbytes, vbytes, hlist or [])
+        if size > settings.max_request_size:
+            raise MessageSizeTooLargeError(
+                f"a message to {topic!r} is {size} bytes when serialized, larger than "
+                f"max_request_size={settings.max_request_size}; it was not accepted"
+            )
+        assert self._loop is not None
+        return _Message(topic, vbytes, kbytes, hlist, timestamp_ms, self._loop.create_future())
+
+    async def _admit_waiting(self, msg: _Message) -> Entry[_Message]:
+        """At the in-flight limit: re-send due failed messages first, then wait for room."""
+        timeout = self._produce_timeout_s
+        deadline = time.monotonic() + timeout
+        buffer = self._buffer
+        while True:
+            self._service()
+            try:
+                entry = buffer.try_admit(msg)
+                if entry is not None:
+                    return entry
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ProduceTimeout(
+                        msg.undelivered(None), limit=buffer.limit, timeout_s=timeout
+                    )
+                due_in = buffer.next_due_in()
+                wait = remaining if due_in is None else min(remaining, max(due_in, 0.001))
+                return await buffer.admit(msg, timeout=wait)
+            except InflowTimeout:
+                continue
+            except BufferClosed:
+                raise ProducerClosed(f"send to {msg.topic!r}: the producer was stopped") from None
+
+    def _dispatch(self, msg: _Message) -> None:
+        """Choose a partition and append ``msg`` to its open batch, or let it wait."""
+        topic = msg.topic
+        state = self._topics.get(topic)
+        if state is None:
+            self._wait(msg, NoUsablePartition(f"no metadata yet for topic {topic!r}"))
+            return
+        chooser = state.chooser
+        key = msg.key
+        if key is None:
+            p = chooser.keyless(len(msg.value or b"") if self._count_bytes else 0)
+        else:
+            p = chooser.keyed(key)
+        if p < 0:
+            if not state.metadata.exists:
+                assert msg.entry is not None
+                self._buffer.failed(
+                    msg.entry,
+                    UnknownTopicOrPartitionError(
+                        f"topic {topic!r} does not exist (per cluster metadata)"
+                    ),
+                    retriable=False,
+                )
+                return
+            self._wait(msg, NoUsablePartition(f"no usable partition of {topic!r} for this message"))
+            return
+        previous = msg.partition
+        if previous >= 0 and previous != p:
+            self._rerouted += 1
+        msg.partition = p
+        msg.attempts += 1
+        self._append(state.lane(p), msg)
+
+    def _wait(self, msg: _Message, error: object) -> None:
+        """Put ``msg`` in the failed buffer without an attempt (nothing usable)."""
+        assert msg.entry is not None
+        if self._buffer.failed(msg.entry, error, retriable=True):
+            self._retry_wake.set()
+
+    def _append(self, lane: _Lane, msg: _Message) -> None:
+        batch = lane.open
+        if batch is not None and msg.solo and batch.messages:
+            lane.ready.append(batch)
+            batch = None
+        if batch is None:
+            batch = lane.open = _Batch(lane, self._inner.create_batch())
+        md = batch.builder.append(
+            timestamp=msg.timestamp, key=msg.key, value=msg.value, headers=msg.headers
+        )
+        if md is None:  # full: close it and start another (a first record always fits)
+            lane.ready.append(batch)
+            self._backlog = True
+            batch = lane.open = _Batch(lane, self._inner.create_batch())
+            md = batch.builder.append(
+                timestamp=msg.timestamp, key=msg.key, value=msg.value, headers=msg.headers
+            )
+        if msg.timestamp is None:
+            msg.timestamp = md.timestamp  # every later attempt keeps the first CreateTime
+        batch.messages.append(msg)
+        if msg.solo:
+            lane.ready.append(batch)
+            lane.open = None
+        if not lane.busy:
+            lane.busy = True
+            assert self._loop is not None
+            task = self._loop.create_task(self._pump(lane))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, lane: _Lane) -> None:
+        """Hand ``lane``'s batches to aiokafka one at a time (it queues one per partition)."""
+        send_batch = self._inner.send_batch
+        try:
+            while True:
+                batch = lane.take()
+                if batch is None:
+                    return
+                self._backlog = False
+                for m in batch.messages:
+                    m.sent = True
+                try:
+                    future = await send_batch(batch.builder, lane.topic, partition=lane.partition)
+                except asyncio.CancelledError:
+                    for m in batch.messages:
+                        m.sent = False  # never reached aiokafka: stop() hands it back
+                    raise
+                except Exception as exc:
+                    self._batch_failed(batch, exc)
+                    continue
+                self._handed_over.add(batch)
+                future.add_done_callback(functools.partial(self._batch_done, batch))
+        finally:
+            lane.busy = False
+
+    # -- outcomes (done-callbacks: they report, they never send) ------------------------------
+
+    def _batch_done(self, batch: _Batch, future: asyncio.Future[Any]) -> None:
+        handed_over = self._handed_over
+        handed_over.discard(batch)
+        if not handed_over:
+            self._answered.set()
+        if self._buffer.closed:
+            return  # stop() already handed these messages back
+        if future.cancelled():
+            self._batch_failed(batch, asyncio.CancelledError())
+            return
+        exc = future.exception()
+        if exc is not None:
+            self._batch_failed(batch, exc)
+            return
+        md = future.result()
+        delivered = self._buffer.delivered
+        lane = batch.lane
+        if md is None:  # acks=0: no offsets
+            for m in batch.messages:
+                m.sent = False
+                assert m.entry is not None
+                delivered(m.entry)
+                if not m.future.done():
+                    m.future.set_result(None)
+            return
+        base, ts, ts_type, log_start = (
+            md.offset,
+            md.timestamp,
+            md.timestamp_type,
+            md.log_start_offset,
+        )
+        topic, partition, tp = lane.topic, lane.partition, lane.tp
+        for i, m in enumerate(batch.messages):
+            m.sent = False
+            assert m.entry is not None
+            delivered(m.entry)
+            f = m.future
+            if not f.done():
+                f.set_result(
+                    RecordMetadata(
+                        topic,
+                        partition,
+                        tp,
+                        base + i,
+                        m.timestamp if ts == -1 else ts,
+                        ts_type,
+                        log_start,
+                    )
+                )
+
+    def _batch_failed(self, batch: _Batch, exc: BaseException) -> None:
+        ec = error_class(exc)
+        lane = batch.lane
+        if ec.quarantine:
+            self._quarantine(lane.topic, lane.partition)
+        elif ec.refresh_metadata and self._meta is not None:
+            self._meta.request_refresh(lane.topic)
+        if ec.refresh_metadata:
+            # The inner client does not refresh its own routing for an error it does not retry.
+            self._inner.client.force_metadata_update()
+        split = ec.final and ec.code in _PER_RECORD_CODES and len(batch.messages) > 1
+        failed = self._buffer.failed
+        queued = False
+        for m in batch.messages:
+            m.sent = False
+            assert m.entry is not None
+            if split:
+                m.solo = True
+                queued |= failed(m.entry, exc, retriable=True)
+                continue
+            if ec.possibly_persisted:
+                m.dup = True
+            queued |= failed(
+                m.entry, exc, retriable=ec.retriable, possibly_persisted=ec.possibly_persisted
+            )
+        if queued:
+            self._retry_wake.set()
+
+    def _on_final_failure(self, entry: Entry[_Message], error: object) -> None:
+        msg = entry.item
+        if entry.possibly_duplicated:
+            msg.dup = True
+        exc = error if isinstance(error, BaseException) else FailoverError(repr(error))
+        hook = self._dead_letter
+        if hook is not None:
+            try:
+                hook(msg.undelivered(exc), exc)
+            except Exception:
+                logger.exception("dead_letter hook raised for a message to %s", msg.topic)
+        if not msg.future.done():
+            # A copy per message, so tracebacks of a shared batch error do not pile up.
+            msg.future.set_exception(copy.copy(exc))
+
+    def _quarantine(self, topic: str, partition: int) -> None:
+        state = self._topics.get(topic)
+        meta = self._meta
+        if state is None or meta is None or partition >= len(state.metadata.partitions):
+            return
+        q = state.quarantine
+        if q.strike(partition, time.monotonic()):
+            state.quarantines += 1
+            self._quarantines += 1
+            state.rebuild()
+            logger.info(
+                "partition %s-%d quarantined for %.2f s (strike %d)",
+                topic,
+                partition,
+                q.policy.backoff_s(q.strikes(partition)),
+                q.strikes(partition),
+            )
+            meta.set_fast(topic, True)
+            self._retry_wake.set()
+        meta.request_refresh(topic)
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def _on_metadata(self, md: TopicMetadata) -> None:
+        topic = md.topic
+        state = self._topics.get(topic)
+        if state is None:
+            self._topics[topic] = _TopicState(md, self._qpolicy, self._options)
+            self._retry_wake.set()
+            return
+        old = state.metadata
+        state.metadata = md
+        if len(md.partitions) < len(old.partitions):
+            state.quarantine.forget(range(len(md.partitions), len(old.partitions)))
+        released = state.quarantine.release_due(time.monotonic(), state.usable_by_metadata)
+        if released:
+            logger.info("partitions %s of %s released from quarantine", released, topic)
+        state.rebuild()
+        if self._meta is not None:
+            self._meta.set_fast(topic, len(state.quarantine) > 0)
+        self._retry_wake.set()
+
+    async def _first_metadata(self, topic: str) -> None:
+        """The first send to a topic waits (bounded) for its metadata, once."""
+        task = self._first_fetch.get(topic)
+        if task is None:
+            assert self._loop is not None
+            timeout = max(self._produce_timeout_s, 0.5)
+            task = self._loop.create_task(self._fetch_first(topic, timeout))
+            self._first_fetch[topic] = task
+        if not task.done():
+            # On timeout the message waits in the failed buffer until metadata comes.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), max(self._produce_timeout_s, 0.5))
+
+    async def _fetch_first(self, topic: str, timeout_s: float) -> None:
+        assert self._meta is not None
+        try:
+            await self._meta.fetch_now(topic, timeout_s)
+        except MetadataUnavailable as exc:
+            logger.warning("%s; messages for it wait", exc)
+
+    # -- retries ----------------------------------------------------------------------------
+
+    async def _retry_loop(self) -> None:
+        wake = self._retry_wake
+        while True:
+            wake.clear()
+            delay = self._service()
+            if wake.is_set():
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay)
+
+    def _service(self) -> float:
+        """Release due quarantines and send due failed messages again; seconds to the next."""
+        now = time.monotonic()
+        next_at = now + 1.0
+        for topic, state in self._topics.items():
+            q = state.quarantine
+            if not len(q):
+                continue
+            released = q.release_due(now, state.usable_by_metadata)
+            if released:
+                state.rebuild()
+                logger.info("partitions %s of %s released from quarantine", released, topic)
+            until = q.next_release_at()
+            if until is None:
+                if self._meta is not None:
+                    self._meta.set_fast(topic, False)
+            elif until > now:
+                # A back-off that has ended waits for metadata showing the partition usable;
+                # the metadata update releases it.
+                next_at = min(next_at, until)
+        buffer = self._buffer
+        if buffer.closed:
+            return 1.0
+        take = buffer.take_failed
+        dispatch = self._dispatch
+        for _ in range(buffer.limit):
+            entry = take()
+            if entry is None:
+                break
+            dispatch(entry.item)
+        due_in = buffer.next_due_in()
+        now = time.monotonic()
+        if due_in is not None:
+            next_at = min(next_at, now + due_in)
+        return max(0.0, next_at - now)
+
+    # -- flush and stop -----------------------------------------------------------------------
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Wait until every accepted message has its final outcome, or ``timeout`` seconds.
+
+        Returns how many messages are still without a final outcome (0: all done).
+        """
+        if timeout is not None:
+            timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        if self._state in (_NEW, _CLOSED):
+            return 0
+        await self._buffer.wait_idle(timeout)
+        return self._buffer.in_flight
+
+    async def stop(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
+        """Flush for up to ``timeout`` seconds, stop, and return every undelivered message.
+
+        Their futures raise :class:`ProducerClosed`; the returned list is their outcome.
+        ``possibly_delivered`` marks messages that may have been written anyway (still in
+        flight at stop, or an ambiguous failure). Calling ``stop`` again returns the same list.
+        """
+        if timeout is not None:
+            timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        if self._undelivered is not None:
+            return list(self._undelivered)
+        if self._state == _NEW:
+            self._state = _CLOSED
+            self._undelivered = []
+            return []
+        if self._stopping is None:
+            self._state = _CLOSING
+            assert self._loop is not None
+            self._stopping = self._loop.create_task(self._stop(timeout))
+        # Shielded: if the caller is cancelled, stopping still finishes and nothing is lost
+        # silently (the list is kept for the next stop() and logged).
+        return list(await asyncio.shield(self._stopping))
+
+    async def close(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
+        """Same as :meth:`stop`."""
+        return await self.stop(timeout)
+
+    async def _stop(self, timeout: float | None) -> list[UndeliveredMessage]:
+        await self._buffer.wait_idle(timeout)
+        background: list[asyncio.Task[Any]] = [*self._tasks, *self._first_fetch.values()]
+        if self._retry_task is not None:
+            background.append(self._retry_task)
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        if self._meta is not None:
+            await self._meta.close()
+        # aiokafka answers every batch it holds before it stops (within request_timeout_ms).
+        await self._inner.stop()
+        if self._handed_over:
+            # Their futures are resolved; the done-callbacks run on the next loop turns.
+            self._answered.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), 1.0)
+        left = self._buffer.close()
+        undelivered = []
+        for entry in left:
+            msg = entry.item
+            if entry.possibly_duplicated:
+                msg.dup = True
+            undelivered.append(msg.undelivered(entry.last_error))
+            if not msg.future.done():
+                msg.future.set_exception(
+                    ProducerClosed("stop() handed this message back undelivered")
+                )
+                msg.future.exception()  # the returned list is its outcome: no "never retrieved"
+        if self._metrics is not None:
+            self._metrics.close()
+        self._undelivered = undelivered
+        self._state = _CLOSED
+        if undelivered:
+            logger.warning(
+                "%s stopped with %d undelivered message(s), returned by stop()",
+                self._name,
+                len(undelivered),
+            )
+        return undelivered
+
+    def __len__(self) -> int:
+        """Messages without a final outcome (in flight, including those waiting to retry)."""
+        return self._buffer.in_flight
+
+    # -- what the producer knows -------------------------------------------------------------
+
+    def health(self, topic: str) -> TopicView:
+        """The topic's current health snapshot.
+
+        Raises :class:`MetadataUnavailable` for a topic the producer has no metadata for yet
+        (``await refresh(topic)`` fetches it).
+        """
+        state = self._topics.get(topic)
+        if state is None:
+            raise MetadataUnavailable(
+                f"no metadata for topic {topic!r} yet; send to it or await refresh({topic!r})"
+            )
+        return state.chooser.view
+
+    async def refresh(self, topic: str, timeout: float | None = None) -> TopicView:
+        """Fetch ``topic``'s metadata now, watch it from now on, and return its health."""
+        if self._state != _RUNNING or self._meta is None:
+            raise self._not_running(topic)
+        t = self._metadata_timeout_s if timeout is None else timeout
+        await self._meta.fetch_now(topic, check_positive_number("timeout", t))
+        return self.health(topic)
+
+    def metadata_age_s(self, topic: str) -> float | None:
+        """Seconds since ``topic``'s metadata was fetched, or None if it never was."""
+        return None if self._meta is None else self._meta.age_s(topic)
+
+    @property
+    def rerouting_at_first_answer(self) -> bool:
+        """True when a refused batch comes back at once (False: after aiokafka's retries)."""
+        return self._first_answer
+
+    def statistics(self) -> ProducerStatistics:
+        """A snapshot of the counters, in the same shape as ``FailoverProducer.statistics()``."""
+        s = self._buffer.statistics()
+        figures = {
+            "produced": s.admitted,
+            "delivered": s.delivered,
+            "final_failures": s.final_failures,
+            "returned_on_close": s.returned_on_close,
+            "in_flight": s.in_flight,
+            "peak_in_flight": s.peak_in_flight,
+            "failed_buffer_depth": s.failed_depth,
+            "peak_failed_buffer_depth": s.peak_failed_depth,
+            "retries": s.retries,
+            "rerouted": self._rerouted,
+            "possible_duplicates": s.possibly_duplicated,
+            "quarantines": self._quarantines,
+            "max_in_flight": s.limit,
+        }
+        # Filled by field name: both producers report the one ProducerStatistics type.
+        return ProducerStatistics(**{f.name: figures[f.name] for f in fields(ProducerStatistics)})
+
+    @property
+    def metrics_registry(self) -> Any:
+        """The prometheus registry this producer reports to (None before start())."""
+        return None if self._metrics is None else self._metrics.registry
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the HTTP exporter, when ``metrics_port`` was given (0 picks one)."""
+        return None if self._metrics is None else self._metrics.http_port
+
+    def _metrics_snapshot(self) -> MetricsSnapshot:
+        # Called from the scraping thread: read, never change, and copy containers first.
+        s = self._buffer.statistics()
+        topics = {}
+        for topic, state in list(self._topics.items()):
+            counts = state.chooser.view.counts()
+            topics[topic] = TopicMetrics(
+                partitions_by_state={k.name: v for k, v in counts.items()},
+                quarantines=state.quarantines,
+                metadata_age_s=self.metadata_age_s(topic),
+            )
+        return MetricsSnapshot(
+            produced=s.admitted,
+            delivered=s.delivered,
+            rerouted=self._rerouted,
+            retries=s.retries,
+            final_failures=s.final_failures,
+            possible_duplicates=s.possibly_duplicated,
+            in_flight=s.in_flight,
+            failed_buffer_depth=s.failed_depth,
+            topics=topics,
+        )
+
+    def __repr__(self) -> str:
+        state = ("new", "running", "stopping", "stopped")[self._state]
+        return (
+            f"AsyncFailoverProducer(name={self._name!r}, {state}, "
+            f"in_flight={self._buffer.in_flight})"
+        )
