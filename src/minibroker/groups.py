@@ -92,6 +92,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from minibroker.errors import ConfigError
+
 __all__ = [
     "CommittedOffset",
     "Completion",
@@ -153,7 +155,7 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-class GroupConfigError(ValueError):
+class GroupConfigError(ConfigError):
     """A group coordinator setting is out of range or not a number."""
 
 

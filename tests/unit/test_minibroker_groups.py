@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minibroker.errors import MinibrokerError
 from minibroker.groups import (
     Completion,
     GroupConfig,
@@ -1251,6 +1252,13 @@ def test_config_from_broker_settings_without_touching_them() -> None:
 def test_bad_config_is_named(settings_: dict[str, str], message: str) -> None:
     with pytest.raises(GroupConfigError, match=message):
         GroupConfig.from_broker_config(settings_)
+
+
+def test_config_errors_share_the_package_root() -> None:
+    with pytest.raises(MinibrokerError):
+        GroupConfig(max_size=0)
+    with pytest.raises(ValueError, match="max_size=0"):
+        GroupConfig(max_size=0)
 
 
 def test_config_refuses_non_integers() -> None:
