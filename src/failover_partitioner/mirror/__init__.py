@@ -1,0 +1,43 @@
+"""failover-mirror: MirrorMaker-style replication that commits only what was delivered.
+
+Consumes from a source cluster with a consumer group, produces to a target cluster through the
+failover producer (so degraded target partitions are routed around, not waited on), and commits
+each source partition's offset only up to its first message not yet finally delivered.
+"""
+
+from __future__ import annotations
+
+from ._commits import CommitLedger, PartitionProgress, PartitionTracker
+from ._config import MirrorOptions, TopicRouter, load_properties, parse_properties
+from ._errors import MessageFailedError, MirrorConfigError, MirrorError
+from ._mirror import (
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+    ConsumerLike,
+    Mirror,
+    ProducerLike,
+)
+from ._status import MirrorStatus, PartitionStatus, format_status
+
+__all__ = [
+    "HEADER_SOURCE_OFFSET",
+    "HEADER_SOURCE_PARTITION",
+    "HEADER_SOURCE_TOPIC",
+    "CommitLedger",
+    "ConsumerLike",
+    "MessageFailedError",
+    "Mirror",
+    "MirrorConfigError",
+    "MirrorError",
+    "MirrorOptions",
+    "MirrorStatus",
+    "PartitionProgress",
+    "PartitionStatus",
+    "PartitionTracker",
+    "ProducerLike",
+    "TopicRouter",
+    "format_status",
+    "load_properties",
+    "parse_properties",
+]

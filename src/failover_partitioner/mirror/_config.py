@@ -1,0 +1,316 @@
+"""The mirror's options: Java-style client property files, topic selection and naming, bounds.
+
+Everything here validates at construction and never keeps a reference to a caller's dict.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from ._errors import MirrorConfigError
+
+__all__ = ["MirrorOptions", "TopicRouter", "load_properties", "parse_properties"]
+
+# Kafka's legal topic name (org.apache.kafka.common.internals.Topic).
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+# Settings that would let the consumer commit offsets the producer has not delivered.
+_FORCED_CONSUMER = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+_PROPERTY_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str, *, source: str = "<properties>") -> dict[str, str]:
+    """Parse the text of a Java ``.properties`` file (``java.util.Properties.load`` rules).
+
+    Comments start with ``#`` or ``!``; the key ends at the first unescaped ``=``, ``:`` or
+    whitespace; a line ending in an odd number of backslashes continues on the next one;
+    ``\\t``, ``\\n``, ``\\uXXXX`` and escaped separators are understood.
+    """
+    props: dict[str, str] = {}
+    # Java ends lines only at \n, \r or \r\n (str.splitlines would also split at \v, \x1c...).
+    lines = _LINE_BREAK.split(text)
+    i = 0
+    while i < len(lines):
+        lineno = i + 1
+        logical = lines[i].lstrip(" \t\f")
+        i += 1
+        if not logical or logical[0] in "#!":
+            continue
+        while _continues(logical) and i < len(lines):
+            logical = logical[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        if _continues(logical):
+            logical = logical[:-1]
+        key, value = _split_property(logical)
+        props[_unescape(key, source, lineno)] = _unescape(value, source, lineno)
+    return props
+
+
+def _continues(line: str) -> bool:
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=: \t\f":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return key, rest
+
+
+def _unescape(raw: str, source: str, lineno: int) -> str:
+    if "\\" not in raw:
+        return raw
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch != "\\" or i + 1 >= len(raw):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = raw[i + 1]
+        if nxt == "u":
+            digits = raw[i + 2 : i + 6]
+            if len(digits) != 4 or any(c not in string.hexdigits for c in digits):
+                raise MirrorConfigError(
+                    f"{source}:{lineno}: malformed \\uXXXX escape {raw[i : i + 6]!r}; "
+                    "write four hex digits after \\u"
+                )
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append(_PROPERTY_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Read a Java-style properties file (``--consumer.config``/``--producer.config``)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MirrorConfigError(f"cannot read properties file {str(p)!r}: {exc.strerror}") from exc
+    return parse_properties(text, source=str(p))
+
+
+class TopicRouter:
+    """Which source topics are mirrored, and the target topic each one goes to.
+
+    ``include`` and ``exclude`` are regular expressions matched against the whole topic name
+    (as MirrorMaker 2's ``topics``/``topics.exclude``). Internal topics (``__consumer_offsets``
+    and any name starting with ``__``) are never mirrored. ``rename`` is a template with one
+    field, ``{topic}``: ``"{topic}"`` keeps names, ``"src.{topic}"`` prefixes them.
+    """
+
+    __slots__ = ("_cache", "_exclude", "_include", "_never", "rename")
+
+    def __init__(
+        self,
+        *,
+        include: str = ".*",
+        exclude: str | None = None,
+        rename: str = "{topic}",
+        never: frozenset[str] = frozenset(),
+    ) -> None:
+        self._include = _compile("include", include)
+        self._exclude = _compile("exclude", exclude) if exclude is not None else None
+        _check_template(rename)
+        self.rename = rename
+        self._never = never
+        self._cache: dict[str, str] = {}
+
+    def selects(self, topic: str) -> bool:
+        if topic.startswith("__") or topic in self._never:
+            return False
+        if not self._include.fullmatch(topic):
+            return False
+        return self._exclude is None or not self._exclude.fullmatch(topic)
+
+    def target(self, topic: str) -> str:
+        """The target topic for a source topic."""
+        name = self._cache.get(topic)
+        if name is None:
+            name = self.rename.format(topic=topic)
+            if not _TOPIC_NAME.fullmatch(name):
+                raise MirrorConfigError(
+                    f"--rename {self.rename!r} turns source topic {topic!r} into {name!r}, "
+                    "which is not a legal Kafka topic name (letters, digits, '.', '_', '-', "
+                    "at most 249 characters)"
+                )
+            self._cache[topic] = name
+        return name
+
+
+def _compile(flag: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise MirrorConfigError(
+            f"--{flag} {pattern!r} is not a valid regular expression: {exc}"
+        ) from exc
+
+
+def _check_template(template: str) -> None:
+    try:
+        fields = [name for _, name, spec, conv in string.Formatter().parse(template) if name]
+        bad = [name for name in fields if name != "topic"]
+    except ValueError as exc:
+        raise MirrorConfigError(f"--rename {template!r} is not a valid template: {exc}") from exc
+    if bad or not fields:
+        raise MirrorConfigError(
+            f"--rename {template!r} must contain {{topic}} and no other field "
+            f"(found {sorted(set(bad)) or 'no field'}); e.g. '{{topic}}' or 'src.{{topic}}'"
+        )
+    try:
+        sample = template.format(topic="t")
+    except (ValueError, IndexError, KeyError) as exc:
+        raise MirrorConfigError(f"--rename {template!r} is not a valid template: {exc}") from exc
+    if not _TOPIC_NAME.fullmatch(sample):
+        raise MirrorConfigError(
+            f"--rename {template!r} yields illegal topic names such as {sample!r}; "
+            "use only letters, digits, '.', '_' and '-' around {topic}"
+        )
+
+
+def _frozen(mapping: Mapping[str, object] | None, what: str) -> Mapping[str, str]:
+    out: dict[str, str] = {}
+    for key, value in (mapping or {}).items():
+        if not isinstance(key, str):
+            raise MirrorConfigError(f"{what}: key {key!r} is not a string")
+        out[key] = value if isinstance(value, str) else str(value)
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MirrorOptions:
+    """Everything a :class:`Mirror` needs, validated at construction.
+
+    ``consumer_config`` and ``producer_config`` are librdkafka settings with Kafka's dotted names
+    (what ``--consumer.config``/``--producer.config`` files hold); ``source_bootstrap``,
+    ``target_bootstrap`` and ``group_id`` win over the same settings in them. The caller's dicts
+    are copied, never changed.
+    """
+
+    source_bootstrap: str | None = None
+    target_bootstrap: str | None = None
+    group_id: str | None = None
+    consumer_config: Mapping[str, str] = field(default_factory=dict)
+    producer_config: Mapping[str, str] = field(default_factory=dict)
+    include: str = ".*"
+    exclude: str | None = None
+    rename: str = "{topic}"
+    max_in_flight: int = 10_000
+    """Bound on messages consumed and not yet committed (so also on messages in the producer)."""
+    dead_letter_topic: str | None = None
+    provenance_headers: bool = True
+    commit_interval_s: float = 5.0
+    status_interval_s: float = 10.0
+    drain_timeout_s: float = 30.0
+    """How long shutdown and partition revocation wait for in-flight messages."""
+    topic_refresh_interval_s: float = 30.0
+    poll_batch: int = 500
+    """Most messages taken from the consumer in one call."""
+
+    def __post_init__(self) -> None:
+        consumer = dict(_frozen(self.consumer_config, "consumer config"))
+        producer = dict(_frozen(self.producer_config, "producer config"))
+        if self.source_bootstrap is not None:
+            consumer["bootstrap.servers"] = self.source_bootstrap
+        if self.group_id is not None:
+            consumer["group.id"] = self.group_id
+        if self.target_bootstrap is not None:
+            producer["bootstrap.servers"] = self.target_bootstrap
+        for what, conf, flag in (
+            ("source", consumer, "--source"),
+            ("target", producer, "--target"),
+        ):
+            if not conf.get("bootstrap.servers"):
+                raise MirrorConfigError(
+                    f"no {what} cluster: pass {flag} BOOTSTRAP or set bootstrap.servers in the "
+                    f"{'consumer' if what == 'source' else 'producer'} config"
+                )
+        if not consumer.get("group.id"):
+            raise MirrorConfigError(
+                "no consumer group: pass --group ID or set group.id in the consumer config"
+            )
+        for key, forced in _FORCED_CONSUMER.items():
+            given = consumer.get(key)
+            if given is not None and given.strip().lower() != forced:
+                raise MirrorConfigError(
+                    f"consumer setting {key}={given} would commit offsets of messages not yet "
+                    "delivered to the target; the mirror commits them itself, remove the setting"
+                )
+            consumer[key] = forced
+        consumer.setdefault("auto.offset.reset", "earliest")
+        producer.setdefault("acks", "all")
+        object.__setattr__(self, "consumer_config", MappingProxyType(consumer))
+        object.__setattr__(self, "producer_config", MappingProxyType(producer))
+
+        if (
+            consumer["bootstrap.servers"] == producer["bootstrap.servers"]
+            and self.rename.format(topic="t") == "t"
+        ):
+            raise MirrorConfigError(
+                "source and target are the same cluster and --rename keeps topic names, so the "
+                "mirror would read its own output forever; pass e.g. --rename 'copy.{topic}'"
+            )
+        # Validates the patterns and the template.
+        self.router()
+        if self.dead_letter_topic is not None and not _TOPIC_NAME.fullmatch(self.dead_letter_topic):
+            raise MirrorConfigError(
+                f"--dead-letter-topic {self.dead_letter_topic!r} is not a legal Kafka topic name"
+            )
+        _positive_int("--max-in-flight", self.max_in_flight)
+        _positive_int("poll_batch", self.poll_batch)
+        for name in ("commit_interval_s", "drain_timeout_s", "topic_refresh_interval_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise MirrorConfigError(f"{name} must be a positive number of seconds, not {value}")
+        if not self.status_interval_s >= 0:
+            raise MirrorConfigError(
+                f"--status-interval must be >= 0 seconds (0 turns it off), "
+                f"not {self.status_interval_s}"
+            )
+
+    @property
+    def source_servers(self) -> str:
+        return self.consumer_config["bootstrap.servers"]
+
+    @property
+    def target_servers(self) -> str:
+        return self.producer_config["bootstrap.servers"]
+
+    @property
+    def group(self) -> str:
+        return self.consumer_config["group.id"]
+
+    def router(self) -> TopicRouter:
+        never = frozenset([self.dead_letter_topic]) if self.dead_letter_topic else frozenset()
+        return TopicRouter(
+            include=self.include, exclude=self.exclude, rename=self.rename, never=never
+        )
+
+
+def _positive_int(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MirrorConfigError(f"{name} must be a positive integer, not {value!r}")

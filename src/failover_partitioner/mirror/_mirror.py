@@ -1,0 +1,846 @@
+"""The mirror loop: consume from the source, produce through the failover producer, commit.
+
+Theory of operation
+-------------------
+One thread does everything, so every piece of state has one writer:
+
+* ``consume`` hands each message to the producer and records its offset in the partition's
+  :class:`~._commits.PartitionTracker`. Delivery callbacks run inside ``producer.poll`` on the
+  same thread; they only update trackers and counters, and queue failures. Nothing blocking
+  (poll, flush, produce, commit) ever runs inside a delivery callback: librdkafka would re-enter.
+* Commits store, per partition, the first offset not finally delivered (``_commits``), so a
+  crash at any moment re-mirrors at most the uncommitted window and loses nothing.
+* The window (messages consumed and not committed) is bounded by ``max_in_flight``: the loop
+  asks the consumer for no more than the room left and pauses the assignment when there is none,
+  still calling ``consume`` so the group does not evict it (``max.poll.interval.ms``).
+* Rebalance callbacks run inside ``consume``: a revoked partition's in-flight messages are
+  finished (or, past ``drain_timeout_s``, abandoned) and its delivered prefix committed before
+  the partition goes to another member, as MirrorMaker does since KAFKA-4521.
+* A message that finally fails stops the mirror: the other in-flight messages are finished,
+  every partition is committed up to (not past) its first undelivered message, and ``run``
+  raises :class:`MessageFailedError`. With a dead-letter topic the message goes there instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal, Protocol
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from prometheus_client.registry import CollectorRegistry
+
+from failover_partitioner._message import DeliveryReport
+from failover_partitioner.errors import ProduceTimeout
+
+from ._commits import CommitLedger, PartitionTracker
+from ._config import MirrorOptions
+from ._errors import MessageFailedError, MirrorError
+from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
+
+__all__ = [
+    "HEADER_SOURCE_OFFSET",
+    "HEADER_SOURCE_PARTITION",
+    "HEADER_SOURCE_TOPIC",
+    "ConsumerLike",
+    "Mirror",
+    "ProducerLike",
+]
+
+logger = logging.getLogger(__name__)
+
+HEADER_SOURCE_TOPIC = "mirror.source.topic"
+HEADER_SOURCE_PARTITION = "mirror.source.partition"
+HEADER_SOURCE_OFFSET = "mirror.source.offset"
+HEADER_ERROR = "mirror.error"
+
+Headers = list[tuple[str, str | bytes | None]]
+DeliveryCallback = Callable[[Any, DeliveryReport], None]
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+
+
+class ConsumerLike(Protocol):
+    """The part of ``confluent_kafka.Consumer`` the mirror uses."""
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = ...,
+        on_revoke: RebalanceCallback | None = ...,
+        on_lost: RebalanceCallback | None = ...,
+    ) -> None: ...
+    def unsubscribe(self) -> None: ...
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]: ...
+    def assignment(self) -> list[TopicPartition]: ...
+    def pause(self, partitions: list[TopicPartition]) -> None: ...
+    def resume(self, partitions: list[TopicPartition]) -> None: ...
+    def seek(self, partition: TopicPartition) -> None: ...
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition]: ...
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = ...
+    ) -> list[TopicPartition]: ...
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = ..., cached: bool = ...
+    ) -> tuple[int, int]: ...
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any: ...
+    def close(self) -> None: ...
+
+
+class ProducerLike(Protocol):
+    """The part of :class:`~failover_partitioner.FailoverProducer` the mirror uses.
+
+    ``on_delivery(err, report)`` fires exactly once per message with its final outcome;
+    ``produce`` may raise ``BufferError`` or :class:`~failover_partitioner.ProduceTimeout`
+    when it has no room, without accepting the message.
+    """
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = ...,
+        key: bytes | str | None = ...,
+        headers: Any = ...,
+        on_delivery: DeliveryCallback | None = ...,
+        timestamp: int | None = ...,
+    ) -> None: ...
+    def poll(self, timeout: float = ...) -> int: ...
+    def close(self, timeout: float | None = ...) -> Sequence[object]: ...
+
+
+ConsumerFactory = Callable[[dict[str, str]], ConsumerLike]
+ProducerFactory = Callable[[dict[str, str]], ProducerLike]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Failure:
+    tracker: PartitionTracker
+    source: Message
+    target_topic: str
+    error: str
+    dead_letter_attempt: bool = False
+
+
+class Mirror:
+    """Mirror topics from a source cluster to a target cluster, at least once.
+
+    ``run()`` blocks until :meth:`stop` is called (from a signal handler or another thread), then
+    finishes in-flight messages, commits and returns the final :class:`MirrorStatus`. It raises
+    :class:`MessageFailedError` after committing up to a message that finally failed.
+
+    ``consumer_factory`` and ``producer_factory`` build the clients from their config dicts
+    (defaults: ``confluent_kafka.Consumer`` and the failover producer).
+    """
+
+    def __init__(
+        self,
+        options: MirrorOptions,
+        *,
+        metrics_registry: CollectorRegistry | None = None,
+        consumer_factory: ConsumerFactory | None = None,
+        producer_factory: ProducerFactory | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._options = options
+        self._router = options.router()
+        self._registry = metrics_registry
+        self._consumer_factory = consumer_factory or _default_consumer
+        self._producer_factory = producer_factory or partial(
+            _default_producer, max_in_flight=options.max_in_flight, registry=metrics_registry
+        )
+        self._clock = clock
+        self._ledger = CommitLedger()
+        self._failures: deque[_Failure] = deque()
+        self._fatal: _Failure | None = None
+        self._stop_requested = False
+        self._hurry = False
+        self._closing = False
+        self._started = False
+        self._state = "starting"
+        self._paused = False
+        self._subscribed: tuple[str, ...] | None = None
+        self._consumer: ConsumerLike | None = None
+        self._producer: ProducerLike | None = None
+        self._provenance_topics: dict[str, bytes] = {}
+        # Counters: plain ints and dicts on the hot path, published to metrics now and then.
+        self._consumed: dict[str, int] = {}
+        self._delivered: dict[str, int] = {}
+        self._rerouted: dict[str, int] = {}
+        self._dead_lettered: dict[str, int] = {}
+        self._failed: dict[str, int] = {}
+        self._delivered_total = 0
+        self._commit_every = max(1, options.max_in_flight // 4)
+        self._commits = 0
+        self._commit_failures = 0
+        self._started_at = clock()
+        self._rate_mark = (self._started_at, 0)
+        self._collector = MirrorCollector()
+        if metrics_registry is not None:
+            metrics_registry.register(self._collector)
+
+    # -- public --------------------------------------------------------------------------
+
+    @property
+    def options(self) -> MirrorOptions:
+        return self._options
+
+    def stop(self) -> None:
+        """Ask ``run`` to stop: no more consuming; finish in-flight messages, commit, return.
+
+        Safe from a signal handler. A second call stops waiting for in-flight messages: what
+        is not delivered by then is not committed, and is mirrored again after a restart.
+        """
+        if self._stop_requested:
+            self._hurry = True
+        self._stop_requested = True
+
+    def run(self, on_status: Callable[[MirrorStatus], None] | None = None) -> MirrorStatus:
+        """Mirror until stopped; returns the final status.
+
+        ``on_status`` is called every ``status_interval_s`` from this thread.
+        """
+        if self._started:
+            raise MirrorError("a Mirror runs once; create a new one to run again")
+        self._started = True
+        opts = self._options
+        self._consumer = self._consumer_factory(dict(opts.consumer_config))
+        try:
+            self._producer = self._producer_factory(dict(opts.producer_config))
+        except BaseException:
+            self._consumer.close()
+            raise
+        logger.info(
+            "mirroring %s -> %s, group %r, include %r exclude %r rename %r, max in flight %d",
+            opts.source_servers,
+            opts.target_servers,
+            opts.group,
+            opts.include,
+            opts.exclude,
+            opts.rename,
+            opts.max_in_flight,
+        )
+        try:
+            self._loop(on_status)
+        except BaseException:
+            # Committing is still safe: only delivered prefixes are ever committed.
+            self._shutdown(failed=True)
+            raise
+        self._shutdown(failed=self._fatal is not None)
+        if self._fatal is not None:
+            raise self._fatal_error(self._fatal)
+        status = self.status()
+        if on_status is not None and opts.status_interval_s > 0:
+            on_status(status)
+        return status
+
+    def status(self) -> MirrorStatus:
+        """The current status (call from the thread running ``run``, e.g. in ``on_status``)."""
+        now = self._clock()
+        mark_t, mark_delivered = self._rate_mark
+        rate = (self._delivered_total - mark_delivered) / (now - mark_t) if now > mark_t else 0.0
+        partitions = self._partition_statuses()
+        lags = [p.lag for p in partitions if p.lag is not None]
+        return MirrorStatus(
+            state=self._state,
+            elapsed_s=now - self._started_at,
+            consumed=sum(self._consumed.values()),
+            delivered=self._delivered_total,
+            rerouted=sum(self._rerouted.values()),
+            dead_lettered=sum(self._dead_lettered.values()),
+            failed=sum(self._failed.values()),
+            in_flight=self._ledger.in_flight,
+            uncommitted=self._ledger.window,
+            lag=sum(lags) if lags else None,
+            delivered_per_s=rate,
+            commits=self._commits,
+            partitions=partitions,
+        )
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _loop(self, on_status: Callable[[MirrorStatus], None] | None) -> None:
+        opts = self._options
+        clock = self._clock
+        now = clock()
+        next_refresh = now
+        next_commit = now + opts.commit_interval_s
+        next_status = now + opts.status_interval_s if opts.status_interval_s > 0 else float("inf")
+        next_publish = now
+        self._state = "running"
+        while not self._stop_requested and self._fatal is None:
+            now = clock()
+            if now >= next_refresh:
+                self._refresh_topics()
+                # Until some topic matches, look again soon.
+                refresh_s = opts.topic_refresh_interval_s
+                next_refresh = now + (refresh_s if self._subscribed else min(1.0, refresh_s))
+            self._step()
+            now = clock()
+            if now >= next_commit:
+                self._commit(None, reason="periodic")
+                next_commit = now + opts.commit_interval_s
+            if now >= next_publish:
+                self._publish()
+                next_publish = now + 1.0
+            if now >= next_status and on_status is not None:
+                on_status(self.status())
+                self._rate_mark = (now, self._delivered_total)
+                next_status = now + opts.status_interval_s
+
+    def _step(self) -> None:
+        consumer, producer = self._consumer, self._producer
+        assert consumer is not None
+        assert producer is not None
+        producer.poll(0)
+        if self._failures:
+            self._handle_failures()
+            if self._fatal is not None:
+                return
+        opts = self._options
+        window, in_flight = self._ledger.counts()
+        if window - in_flight >= self._commit_every:
+            # Delivered, uncommitted messages fill a quarter of the window: a commit frees it
+            # (no round trip when their prefix is still blocked by an in-flight message).
+            self._commit(None, reason="window")
+            window, in_flight = self._ledger.counts()
+        room = opts.max_in_flight - window
+        if self._paused and room >= opts.max_in_flight // 4 + 1:
+            self._set_paused(False)
+        elif not self._paused and room <= 0:
+            self._set_paused(True)
+        if self._paused or self._subscribed is None:
+            # Still call consume: it serves rebalance callbacks and keeps the group membership.
+            for msg in consumer.consume(1, 0.05 if self._paused else 0.2):
+                self._rewind_paused(msg)
+            if self._paused:
+                producer.poll(0.02)
+            return
+        timeout = 0.05 if in_flight else 0.2
+        batch = consumer.consume(min(room, opts.poll_batch), timeout)
+        if batch:
+            self._hand_batch(batch)
+
+    def _hand_batch(self, batch: list[Message]) -> None:
+        producer = self._producer
+        assert producer is not None
+        produce = producer.produce
+        get_tracker = self._ledger.get
+        router_target = self._router.target
+        provenance = self._options.provenance_headers
+        on_delivery = self._on_delivery
+        consumed = self._consumed
+        for msg in batch:
+            err = msg.error()
+            if err is not None:
+                self._consumer_error(err)
+                continue
+            topic = msg.topic()
+            partition = msg.partition()
+            offset = msg.offset()
+            assert topic is not None
+            assert partition is not None
+            assert offset is not None
+            tracker = get_tracker(topic, partition)
+            if tracker is None:
+                continue  # revoked while the batch was out; the new owner reads it again
+            # A consumed message's headers are always a list of pairs, never the dict form.
+            headers: Headers | None = msg.headers()  # type: ignore[assignment]
+            if provenance:
+                extra = self._provenance(topic, partition, offset)
+                headers = headers + extra if headers else extra
+            ts_type, ts = msg.timestamp()
+            target = router_target(topic)
+            tracker.handed(offset)
+            consumed[topic] = consumed.get(topic, 0) + 1
+            callback = partial(on_delivery, tracker, msg, target)
+            try:
+                produce(
+                    target,
+                    msg.value(),
+                    msg.key(),
+                    headers,
+                    callback,
+                    ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+                )
+            except (BufferError, ProduceTimeout):
+                if not self._produce_when_room(target, msg, headers, callback, ts_type, ts):
+                    tracker.withdraw(offset)
+                    consumed[topic] -= 1
+                    return  # stopping: the rest of the batch is not handed, nor committed
+            except (KafkaException, ValueError, TypeError) as exc:
+                self._failures.append(
+                    _Failure(tracker=tracker, source=msg, target_topic=target, error=str(exc))
+                )
+
+    def _produce_when_room(
+        self,
+        target: str,
+        msg: Message,
+        headers: Headers | None,
+        callback: DeliveryCallback,
+        ts_type: int,
+        ts: int,
+    ) -> bool:
+        """The producer refused for lack of room: poll until it takes the message, or stop."""
+        producer = self._producer
+        assert producer is not None
+        while not self._stop_requested and self._fatal is None:
+            producer.poll(0.1)
+            self._handle_failures()
+            try:
+                producer.produce(
+                    target,
+                    msg.value(),
+                    msg.key(),
+                    headers,
+                    callback,
+                    ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+                )
+                return True
+            except (BufferError, ProduceTimeout):
+                continue
+        return False
+
+    def _provenance(self, topic: str, partition: int, offset: int) -> Headers:
+        topic_bytes = self._provenance_topics.get(topic)
+        if topic_bytes is None:
+            topic_bytes = self._provenance_topics[topic] = topic.encode()
+        return [
+            (HEADER_SOURCE_TOPIC, topic_bytes),
+            (HEADER_SOURCE_PARTITION, b"%d" % partition),
+            (HEADER_SOURCE_OFFSET, b"%d" % offset),
+        ]
+
+    # -- delivery outcomes (inside producer.poll: update state only) ---------------------
+
+    def _on_delivery(
+        self,
+        tracker: PartitionTracker,
+        source: Message,
+        target: str,
+        err: KafkaError | None,
+        report: DeliveryReport,
+    ) -> None:
+        if tracker.dropped:
+            self._ledger.abandoned_finished()
+            return
+        if err is None:
+            offset = source.offset()
+            assert offset is not None
+            tracker.finished(offset)
+            topic = tracker.topic
+            self._delivered[topic] = self._delivered.get(topic, 0) + 1
+            self._delivered_total += 1
+            if report.attempts() > 1:
+                self._rerouted[topic] = self._rerouted.get(topic, 0) + 1
+        else:
+            self._failures.append(
+                _Failure(tracker=tracker, source=source, target_topic=target, error=_describe(err))
+            )
+
+    def _on_dead_letter(
+        self, failure: _Failure, err: KafkaError | None, report: DeliveryReport
+    ) -> None:
+        tracker = failure.tracker
+        if tracker.dropped:
+            self._ledger.abandoned_finished()
+            return
+        if err is None:
+            offset = failure.source.offset()
+            assert offset is not None
+            tracker.finished(offset)
+            topic = tracker.topic
+            self._dead_lettered[topic] = self._dead_lettered.get(topic, 0) + 1
+        else:
+            self._failures.append(
+                _Failure(
+                    tracker=tracker,
+                    source=failure.source,
+                    target_topic=failure.target_topic,
+                    error=f"{failure.error}; the dead-letter topic refused it too: "
+                    f"{_describe(err)}",
+                    dead_letter_attempt=True,
+                )
+            )
+
+    def _handle_failures(self) -> None:
+        """Act on queued failures, outside any delivery callback."""
+        dead_letter = self._options.dead_letter_topic
+        while self._failures:
+            failure = self._failures.popleft()
+            tracker = failure.tracker
+            if tracker.dropped:
+                # Revoked meanwhile: not committed here, the partition's new owner retries it.
+                self._ledger.abandoned_finished()
+                continue
+            if dead_letter is not None and not failure.dead_letter_attempt:
+                self._send_to_dead_letter(dead_letter, failure)
+                continue
+            offset = failure.source.offset()
+            assert offset is not None
+            tracker.failed(offset)
+            topic = tracker.topic
+            self._failed[topic] = self._failed.get(topic, 0) + 1
+            logger.error(
+                "%s[%d]@%d could not be delivered to %r: %s",
+                topic,
+                tracker.partition,
+                offset,
+                failure.target_topic,
+                failure.error,
+            )
+            if self._fatal is None:
+                self._fatal = failure
+
+    def _send_to_dead_letter(self, topic: str, failure: _Failure) -> None:
+        producer = self._producer
+        assert producer is not None
+        src = failure.source
+        headers: Headers = list(src.headers() or [])  # type: ignore[arg-type]  # list form
+        offset = src.offset()
+        assert offset is not None
+        headers += self._provenance(failure.tracker.topic, failure.tracker.partition, offset)
+        headers.append((HEADER_ERROR, failure.error.encode()))
+        ts_type, ts = src.timestamp()
+        try:
+            producer.produce(
+                topic,
+                src.value(),
+                src.key(),
+                headers,
+                partial(self._on_dead_letter, failure),
+                ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+            )
+        except (BufferError, ProduceTimeout, KafkaException, ValueError, TypeError) as exc:
+            self._failures.append(
+                _Failure(
+                    tracker=failure.tracker,
+                    source=src,
+                    target_topic=failure.target_topic,
+                    error=f"{failure.error}; the dead-letter topic refused it too: {exc}",
+                    dead_letter_attempt=True,
+                )
+            )
+            return
+        logger.warning(
+            "%s[%d]@%d could not be delivered to %r (%s); sent to dead-letter topic %r",
+            failure.tracker.topic,
+            failure.tracker.partition,
+            offset,
+            failure.target_topic,
+            failure.error,
+            topic,
+        )
+
+    def _fatal_error(self, failure: _Failure) -> MessageFailedError:
+        tracker = failure.tracker
+        offset = failure.source.offset()
+        assert offset is not None
+        size = len(failure.source.value() or b"") + len(failure.source.key() or b"")
+        committed = tracker.committed_offset
+        if committed == offset:
+            where = (
+                f"committed offset {offset} for {tracker.topic}[{tracker.partition}], so a "
+                "restart resumes with this message"
+            )
+        else:
+            where = (
+                f"the committed offset of {tracker.topic}[{tracker.partition}] stays at "
+                f"{committed if committed is not None else 'its previous value'} (not past "
+                "this message), so a restart resumes at or before it"
+            )
+        return MessageFailedError(
+            f"source message {tracker.topic}[{tracker.partition}]@{offset} ({size:,} bytes of "
+            f"key and value) could not be delivered to target topic {failure.target_topic!r}: "
+            f"{failure.error}. Stopped and {where}. Fix the cause (for a message too large, "
+            "raise the target's message.max.bytes and the producer's message.max.bytes), or "
+            "pass --dead-letter-topic to set such messages aside",
+            topic=tracker.topic,
+            partition=tracker.partition,
+            offset=offset,
+            target_topic=failure.target_topic,
+            error=failure.error,
+        )
+
+    # -- consumer side -------------------------------------------------------------------
+
+    def _refresh_topics(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        try:
+            metadata = consumer.list_topics(timeout=10)
+        except KafkaException as exc:
+            logger.warning("cannot list source topics (%s); keeping the current subscription", exc)
+            return
+        topics = tuple(sorted(t for t in metadata.topics if self._router.selects(t)))
+        if topics == (self._subscribed or ()):
+            if not topics and self._subscribed is None:
+                logger.debug("no source topic matches --include %r yet", self._options.include)
+            return
+        if topics:
+            for topic in topics:
+                self._router.target(topic)  # an illegal renamed name fails here, before consuming
+            logger.info("subscribing to %d source topics: %s", len(topics), ", ".join(topics))
+            consumer.subscribe(
+                list(topics),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            self._subscribed = topics
+        else:
+            logger.warning("no source topic matches any more; unsubscribing")
+            consumer.unsubscribe()
+            self._subscribed = None
+
+    def _on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._ledger.assign(tp.topic, tp.partition)
+        logger.info("assigned %s", _names(partitions))
+        if not partitions:
+            return
+        # The group's committed offsets: the lag is known at once, and commits that would
+        # not move them are skipped.
+        assert self._consumer is not None
+        try:
+            committed = self._consumer.committed(
+                [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=10
+            )
+        except KafkaException as exc:
+            logger.warning("cannot read the committed offsets of %s: %s", _names(partitions), exc)
+            return
+        for tp in committed:
+            tracker = self._ledger.get(tp.topic, tp.partition)
+            if tracker is not None and tp.error is None and tp.offset >= 0:
+                tracker.committed(tp.offset)
+
+    def _on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        if not self._closing:
+            self._finish(tps, self._clock() + self._options.drain_timeout_s)
+        self._commit(tps, reason="revocation")
+        abandoned = 0
+        for topic, partition in tps:
+            tracker = self._ledger.drop(topic, partition)
+            if tracker is not None:
+                abandoned += tracker.in_flight
+        if abandoned:
+            logger.warning(
+                "revoked %s with %d messages still in flight; their offsets are not committed, "
+                "the next owner mirrors them again",
+                _names(partitions),
+                abandoned,
+            )
+        else:
+            logger.info("revoked %s", _names(partitions))
+
+    def _on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        # The group moved on without us: committing now would be refused; the next owner
+        # re-reads from the group's committed offsets.
+        logger.warning("lost %s (session expired); not committing them", _names(partitions))
+        for tp in partitions:
+            self._ledger.drop(tp.topic, tp.partition)
+
+    def _finish(self, tps: Sequence[tuple[str, int]], deadline: float) -> None:
+        """Poll the producer until the given partitions have nothing in flight, or deadline."""
+        producer = self._producer
+        assert producer is not None
+        while self._clock() < deadline and not self._hurry:
+            pending = 0
+            for topic, partition in tps:
+                tracker = self._ledger.get(topic, partition)
+                if tracker is not None:
+                    pending += tracker.in_flight
+            if not pending:
+                return
+            producer.poll(0.05)
+            self._handle_failures()
+
+    def _set_paused(self, paused: bool) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        assignment = consumer.assignment()
+        if paused:
+            consumer.pause(assignment)
+            logger.debug("paused: %d messages uncommitted", self._ledger.window)
+        else:
+            consumer.resume(assignment)
+        self._paused = paused
+
+    def _rewind_paused(self, msg: Message) -> None:
+        """A message arrived while paused (a partition assigned since): give it back."""
+        if msg.error() is not None:
+            self._consumer_error(msg.error())
+            return
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        assert topic is not None
+        assert partition is not None
+        assert offset is not None
+        tp = TopicPartition(topic, partition, offset)
+        consumer = self._consumer
+        assert consumer is not None
+        consumer.pause([TopicPartition(topic, partition)])
+        consumer.seek(tp)
+
+    def _consumer_error(self, err: KafkaError | None) -> None:
+        if err is None:
+            return
+        if err.fatal():
+            raise MirrorError(f"the source consumer failed: {_describe(err)}")
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        logger.warning("source consumer: %s", _describe(err))
+
+    # -- commits -------------------------------------------------------------------------
+
+    def _commit(self, partitions: Sequence[tuple[str, int]] | None, *, reason: str) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        offsets = self._ledger.to_commit(partitions)
+        if not offsets:
+            return
+        try:
+            result = consumer.commit(
+                offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False
+            )
+        except KafkaException as exc:
+            # A rebalance in progress refuses commits; the offsets stay uncommitted and are
+            # committed on revocation or by the next periodic commit.
+            self._commit_failures += 1
+            logger.warning("%s commit of %d partitions refused: %s", reason, len(offsets), exc)
+            return
+        done = []
+        for tp in result:
+            if tp.error is None:
+                done.append((tp.topic, tp.partition, tp.offset))
+            else:
+                self._commit_failures += 1
+                logger.warning(
+                    "%s commit of %s[%d] refused: %s", reason, tp.topic, tp.partition, tp.error
+                )
+        self._ledger.committed(done)
+        if done:
+            self._commits += 1
+            logger.debug("%s commit: %s", reason, done)
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def _shutdown(self, *, failed: bool) -> None:
+        consumer, producer = self._consumer, self._producer
+        assert consumer is not None
+        self._state = "draining"
+        if self._paused:
+            self._paused = False  # the consumer is closed below; no resume needed
+        try:
+            if producer is not None:
+                deadline = self._clock() + self._options.drain_timeout_s
+                while self._ledger.in_flight and self._clock() < deadline and not self._hurry:
+                    producer.poll(0.05)
+                    self._handle_failures()
+            self._commit(None, reason="shutdown")
+        finally:
+            self._closing = True
+            try:
+                consumer.close()
+            finally:
+                if producer is not None:
+                    # Whatever is not delivered by now is handed back (uncommitted).
+                    undelivered = producer.close(0)
+                    if undelivered:
+                        logger.warning(
+                            "%d messages were not delivered by shutdown; their offsets are not "
+                            "committed, so they are mirrored again after a restart",
+                            len(undelivered),
+                        )
+        self._state = "failed" if failed or self._fatal is not None else "stopped"
+        self._publish()
+
+    # -- reporting -----------------------------------------------------------------------
+
+    def _partition_statuses(self) -> tuple[PartitionStatus, ...]:
+        consumer = self._consumer
+        out = []
+        for tracker in sorted(self._ledger, key=lambda t: (t.topic, t.partition)):
+            high: int | None = None
+            if consumer is not None and not self._closing:
+                try:
+                    _, hw = consumer.get_watermark_offsets(
+                        TopicPartition(tracker.topic, tracker.partition), cached=True
+                    )
+                    high = hw if hw >= 0 else None
+                except KafkaException:
+                    high = None
+            base = tracker.committed_offset
+            lag = None
+            if high is not None and base is not None:
+                lag = max(0, high - base)
+            out.append(
+                PartitionStatus(
+                    topic=tracker.topic,
+                    partition=tracker.partition,
+                    committed_offset=tracker.committed_offset,
+                    high_watermark=high,
+                    lag=lag,
+                    in_flight=tracker.in_flight,
+                    failed_offset=tracker.failed_offset,
+                )
+            )
+        return tuple(out)
+
+    def _publish(self) -> None:
+        if self._registry is None:
+            return
+        self._collector.snapshot = MetricsSnapshot(
+            consumed=tuple(self._consumed.items()),
+            delivered=tuple(self._delivered.items()),
+            rerouted=tuple(self._rerouted.items()),
+            dead_lettered=tuple(self._dead_lettered.items()),
+            failed=tuple(self._failed.items()),
+            commits=self._commits,
+            commit_failures=self._commit_failures,
+            in_flight=self._ledger.in_flight,
+            uncommitted=self._ledger.window,
+            paused=self._paused,
+            partitions=self._partition_statuses(),
+        )
+
+
+def _describe(err: KafkaError) -> str:
+    return f"{err.name()} ({err.str()})"
+
+
+def _names(partitions: Sequence[TopicPartition]) -> str:
+    if not partitions:
+        return "no partitions"
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions)
+
+
+def _default_consumer(conf: dict[str, str]) -> ConsumerLike:
+    from confluent_kafka import Consumer
+
+    consumer: ConsumerLike = Consumer(conf)
+    return consumer
+
+
+def _default_producer(
+    conf: dict[str, str], *, max_in_flight: int, registry: CollectorRegistry | None
+) -> ProducerLike:
+    from failover_partitioner.producer import FailoverProducer
+
+    # The mirror's own bound keeps the producer below max_in_flight; the slack covers
+    # dead-letter copies and messages of revoked partitions still out.
+    producer: ProducerLike = FailoverProducer(
+        conf, max_in_flight=max_in_flight + 1024, metrics_registry=registry
+    )
+    return producer

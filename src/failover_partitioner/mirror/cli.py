@@ -1,0 +1,213 @@
+"""``failover-mirror``: the command line, in the MirrorMaker tradition.
+
+Exit status: 0 after a clean stop (SIGTERM, Ctrl-C), 1 when a message finally failed or the
+clients failed, 2 for bad flags or settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from confluent_kafka import KafkaException
+
+from ._config import MirrorOptions, load_properties
+from ._errors import MessageFailedError, MirrorConfigError, MirrorError
+from ._mirror import Mirror
+from ._status import MirrorStatus, format_status
+
+__all__ = ["main"]
+
+PROG = "failover-mirror"
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Mirror Kafka topics from a source cluster to a target cluster. Produces through "
+            "the failover producer, so target partitions below min.insync.replicas are routed "
+            "around; commits each source partition only up to its first message not yet "
+            "delivered (at-least-once)."
+        ),
+    )
+    ap.add_argument("--source", metavar="BOOTSTRAP", help="source cluster bootstrap servers")
+    ap.add_argument("--target", metavar="BOOTSTRAP", help="target cluster bootstrap servers")
+    ap.add_argument("--group", metavar="ID", help="consumer group id on the source")
+    ap.add_argument(
+        "--consumer.config",
+        dest="consumer_config",
+        metavar="FILE",
+        help="Java-style properties for the source consumer (librdkafka names)",
+    )
+    ap.add_argument(
+        "--producer.config",
+        dest="producer_config",
+        metavar="FILE",
+        help="Java-style properties for the target producer (librdkafka names)",
+    )
+    ap.add_argument(
+        "--include",
+        metavar="REGEX",
+        default=".*",
+        help="mirror source topics whose whole name matches (default: all but internal '__*')",
+    )
+    ap.add_argument("--exclude", metavar="REGEX", help="skip source topics whose name matches")
+    ap.add_argument(
+        "--rename",
+        metavar="TEMPLATE",
+        default="{topic}",
+        help="target topic name template, e.g. 'src.{topic}' (default: '{topic}')",
+    )
+    ap.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="most messages consumed and not yet committed; bounds duplicates after a crash "
+        "(default: 10000)",
+    )
+    ap.add_argument(
+        "--dead-letter-topic",
+        metavar="TOPIC",
+        help="target topic for messages that cannot be delivered (default: stop instead)",
+    )
+    ap.add_argument(
+        "--no-provenance-headers",
+        dest="provenance_headers",
+        action="store_false",
+        help="do not add mirror.source.topic/partition/offset headers",
+    )
+    ap.add_argument(
+        "--commit-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="commit at least this often (default: 5)",
+    )
+    ap.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long shutdown and rebalances wait for in-flight messages (default: 30)",
+    )
+    ap.add_argument(
+        "--topic-refresh-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how often to look for new source topics (default: 30)",
+    )
+    ap.add_argument(
+        "--status-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="print a status line this often; 0 turns it off (default: 10)",
+    )
+    ap.add_argument("--json", action="store_true", help="print status lines as JSON objects")
+    ap.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+    )
+    ap.add_argument(
+        "--metrics-addr",
+        default="0.0.0.0",
+        metavar="ADDR",
+        help="address for the metrics endpoint (default: 0.0.0.0)",
+    )
+    ap.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level on stderr (default: INFO)",
+    )
+    return ap
+
+
+def _options(args: argparse.Namespace) -> MirrorOptions:
+    consumer = load_properties(args.consumer_config) if args.consumer_config else {}
+    producer = load_properties(args.producer_config) if args.producer_config else {}
+    return MirrorOptions(
+        source_bootstrap=args.source,
+        target_bootstrap=args.target,
+        group_id=args.group,
+        consumer_config=consumer,
+        producer_config=producer,
+        include=args.include,
+        exclude=args.exclude,
+        rename=args.rename,
+        max_in_flight=args.max_in_flight,
+        dead_letter_topic=args.dead_letter_topic,
+        provenance_headers=args.provenance_headers,
+        commit_interval_s=args.commit_interval,
+        drain_timeout_s=args.drain_timeout,
+        topic_refresh_interval_s=args.topic_refresh_interval,
+        status_interval_s=args.status_interval,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        options = _options(args)
+    except MirrorConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+    registry = None
+    if args.metrics_port is not None:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        registry = CollectorRegistry()
+        try:
+            start_http_server(args.metrics_port, addr=args.metrics_addr, registry=registry)
+        except OSError as exc:
+            print(
+                f"{PROG}: error: cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
+                f"{exc.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+
+    mirror = Mirror(options, metrics_registry=registry)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        mirror.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def on_status(status: MirrorStatus) -> None:
+        print(format_status(status, as_json=args.json), flush=True)
+
+    print(
+        f"{PROG}: {options.source_servers} -> {options.target_servers}, group "
+        f"{options.group!r}; SIGTERM or Ctrl-C stops cleanly",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        mirror.run(on_status=on_status)
+    except MessageFailedError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except (MirrorError, KafkaException) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
