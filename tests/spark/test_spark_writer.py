@@ -10,13 +10,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+from pyspark.errors import PythonException
+from pyspark.sql import SparkSession
+
 from failover_partitioner._spark.spec import check_settings
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.spark import ColumnError, WriteSummary, write_to_kafka
 from minibroker import Cluster
-from prometheus_client import CollectorRegistry
-from pyspark.errors import PythonException
-from pyspark.sql import SparkSession
 from tests.spark.spark_support import read_topic
 
 ROWS = 200_000
