@@ -171,7 +171,9 @@ def _present(result: DemoResult, options: DemoOptions, console: Console) -> None
     console.result(_verdict(result))
     if options.plot is not None:
         path = _plot(result, options.plot)
-        console.result(f"plot: {path}" if path else "plot: skipped (matplotlib not installed)")
+        console.result(
+            f"plot: {path.resolve()}" if path else "plot: skipped (matplotlib not installed)"
+        )
     if options.report is not None:
         console.result(f"report: {write_report(options.report, result.report)}")
 

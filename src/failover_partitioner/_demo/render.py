@@ -23,11 +23,11 @@ class ProgressFigures:
 
 def progress_line(*, elapsed_s: float, phase: str, figures: Sequence[ProgressFigures]) -> str:
     parts = [
-        f"{f.name}: {f.rate_per_s:5.0f}/s delivered {f.delivered:>6} failed {f.failed:>4}"
-        f" rerouted {f.rerouted:>5}"
+        f"{f.name} {f.rate_per_s:4.0f}/s delivered {f.delivered:>6} failed {f.failed:>3}"
+        f" rerouted {f.rerouted:>4}"
         for f in figures
     ]
-    return f"{elapsed_s:6.1f}s {phase:<9} | " + " | ".join(parts)
+    return f"{elapsed_s:5.1f}s {phase:<8} | " + " | ".join(parts)
 
 
 def _count(value: int | None) -> str:

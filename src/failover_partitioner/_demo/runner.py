@@ -7,6 +7,7 @@ modules next to this one; this module only moves time forward and calls them.
 from __future__ import annotations
 
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -95,7 +96,9 @@ class Console:
         if self._quiet:
             return
         if self._tty:
-            self._stream.write("\r" + line + "\x1b[K")
+            # A line that wraps cannot be redrawn with \r: cut it to the terminal's width.
+            width = shutil.get_terminal_size(fallback=(160, 24)).columns
+            self._stream.write("\r" + line[: max(20, width - 1)] + "\x1b[K")
             self._line_open = True
         else:
             self._stream.write(line + "\n")
@@ -334,7 +337,8 @@ def _produce_loop(
     stop: threading.Event,
 ) -> None:
     """Send at the bucket's pace until stopped; a refused message is retried on the next turn."""
-    bucket = TokenBucket(rate_per_s=rate_per_s, burst=max(1, int(rate_per_s / 10)), now_s=clock())
+    # Up to one second of catch-up: a stall of the thread (GC, a busy machine) costs no messages.
+    bucket = TokenBucket(rate_per_s=rate_per_s, burst=max(1, int(rate_per_s)), now_s=clock())
     try:
         while not stop.is_set():
             for _ in range(bucket.take(clock())):
