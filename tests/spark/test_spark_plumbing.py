@@ -30,7 +30,7 @@ def test_cache_builds_once_per_key_and_reuses() -> None:
     other = cache.get("b", FakeProducer)
     assert other is not first
     assert cache.built == 2
-    assert set(cache.keys()) == {"a", "b"}
+    assert cache.producers() == {"a": first, "b": other}
 
 
 def test_discard_closes_and_the_next_get_builds_fresh() -> None:
@@ -48,7 +48,7 @@ def test_close_all_closes_every_producer_once() -> None:
     cache.close_all()
     cache.close_all()
     assert [p.closed for p in producers] == [1, 1, 1]
-    assert cache.keys() == ()
+    assert cache.producers() == {}
 
 
 def test_a_forked_process_never_uses_its_parents_producer(monkeypatch: pytest.MonkeyPatch) -> None:

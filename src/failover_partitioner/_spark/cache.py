@@ -68,10 +68,11 @@ class ProducerCache(Generic[P]):
         for key, producer in producers.items():
             _close(key, producer)
 
-    def keys(self) -> tuple[str, ...]:
+    def producers(self) -> dict[str, P]:
+        """A copy of what this process holds, by key."""
         with self._lock:
             self._forget_if_forked()
-            return tuple(self._producers)
+            return dict(self._producers)
 
     @property
     def built(self) -> int:

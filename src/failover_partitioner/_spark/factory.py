@@ -1,0 +1,149 @@
+"""Building the executor's producer, and checking its settings on the driver beforehand.
+
+The driver must reject bad settings before any task runs, yet must not build a producer: that
+would connect to the cluster and start threads on a machine that writes nothing. So the
+settings go through the same validators ``FailoverProducer.__init__`` uses, and the client
+config through a confluent-kafka client that has no broker to reach.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import confluent_kafka
+
+from failover_partitioner._config import (
+    FailoverConfigWarning,
+    check_count,
+    check_positive_number,
+    choice_options,
+    client_settings,
+)
+from failover_partitioner._message import DeliveryReport
+from failover_partitioner.errors import ConfigError
+from failover_partitioner.metadata._refresher import min_isr_option
+from failover_partitioner.producer import FailoverProducer, ProducerStatistics
+from failover_partitioner.quarantine import QuarantinePolicy
+
+# Each Python worker would start its own exporter on the same port: the second one fails.
+_UNSUPPORTED_OPTIONS = {
+    "metrics_port": "every Python worker of an executor would bind the same port",
+    "metrics_addr": "the Spark writer does not start metrics exporters",
+}
+
+
+class Producer(Protocol):
+    """What a task needs of a producer (``FailoverProducer`` in production)."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        headers: Any = None,
+        on_delivery: Callable[[Any, DeliveryReport], None] | None = None,
+        timestamp: int | None = None,
+    ) -> None: ...
+
+    def poll(self, timeout: float = 0.0) -> int: ...
+
+    def flush(self, timeout: float | None = None) -> int: ...
+
+    def close(self, timeout: float | None = 30.0) -> object: ...
+
+    def statistics(self) -> ProducerStatistics: ...
+
+
+def build_producer(config: Mapping[str, Any], options: Mapping[str, Any]) -> FailoverProducer:
+    """The executor's producer (the settings were checked on the driver)."""
+    with warnings.catch_warnings():
+        # Already shown once on the driver; not again for every worker.
+        warnings.simplefilter("ignore", FailoverConfigWarning)
+        return FailoverProducer(config, **options)
+
+
+def validate(config: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for any setting ``FailoverProducer`` would refuse.
+
+    Client-setting warnings (e.g. a delivery timeout that delays rerouting) are issued here,
+    on the driver, where the user sees them.
+    """
+    args = _bind(config, options)
+    settings = client_settings(config)
+    for text in settings.warnings:
+        warnings.warn(text, FailoverConfigWarning, stacklevel=4)
+    _check_client_config(settings.client_conf)
+    choice_options(
+        strategy=args["strategy"],
+        key_policy=args["key_policy"],
+        headroom=args["headroom"],
+        client_rack=args["client_rack"],
+        sticky_messages=args["sticky_messages"],
+        sticky_bytes=args["sticky_bytes"],
+    )
+    check_count("max_in_flight", args["max_in_flight"])
+    check_count("max_attempts", args["max_attempts"], optional=True)
+    check_positive_number("produce_timeout_s", args["produce_timeout_s"], allow_zero=True)
+    if args["delivery_timeout_s"] is not None:
+        check_positive_number("delivery_timeout_s", args["delivery_timeout_s"])
+    backoff = check_positive_number("retry_backoff_s", args["retry_backoff_s"])
+    backoff_max = check_positive_number(
+        "retry_backoff_max_s", args["retry_backoff_max_s"], allow_zero=True
+    )
+    if backoff_max < backoff:
+        raise ConfigError(
+            f"retry_backoff_max_s ({backoff_max!r}) must be >= retry_backoff_s ({backoff!r})"
+        )
+    for name in ("metadata_refresh_s", "metadata_fast_refresh_s", "min_isr_refresh_s"):
+        check_positive_number(name, args[name])
+    check_positive_number("metadata_timeout_s", args["metadata_timeout_s"])
+    try:
+        QuarantinePolicy(
+            initial_s=check_positive_number("quarantine_backoff_s", args["quarantine_backoff_s"]),
+            max_s=check_positive_number("quarantine_max_s", args["quarantine_max_s"]),
+        )
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(str(exc)) from None
+    min_isr_option(args["min_insync_replicas"])
+    header = args["message_id_header"]
+    if header is not None and (not isinstance(header, str) or not header):
+        raise ConfigError(
+            f"message_id_header must be a non-empty header name or None, got {header!r}"
+        )
+    hook = args["dead_letter"]
+    if hook is not None and not callable(hook):
+        raise ConfigError(f"dead_letter must be callable(message, err), got {hook!r}")
+
+
+def _bind(config: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    for name, why in _UNSUPPORTED_OPTIONS.items():
+        if name in options:
+            raise ConfigError(
+                f"failover option {name!r} is not supported by the Spark writer: {why}."
+            )
+    parameters = inspect.signature(FailoverProducer).parameters
+    known = [n for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown failover option(s) {unknown}; FailoverProducer takes {sorted(known)}."
+        )
+    bound = inspect.signature(FailoverProducer).bind(config, **options)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _check_client_config(client_conf: Mapping[str, Any]) -> None:
+    """Let librdkafka parse the settings, in a client with no broker to connect to."""
+    probe = {k: v for k, v in client_conf.items() if k != "bootstrap.servers"}
+    probe["log_level"] = 0  # silences the "no bootstrap.servers" notice of this probe
+    try:
+        client = confluent_kafka.Producer(probe)
+    except confluent_kafka.KafkaException as exc:
+        raise ConfigError(f"producer_config is not valid for confluent-kafka: {exc}") from None
+    client.close()
