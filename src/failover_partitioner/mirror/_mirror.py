@@ -492,16 +492,22 @@ class Mirror:
             tracker.failed(offset)
             topic = tracker.topic
             self._failed[topic] = self._failed.get(topic, 0) + 1
-            logger.error(
-                "%s[%d]@%d could not be delivered to %r: %s",
-                topic,
-                tracker.partition,
-                offset,
-                failure.target_topic,
-                failure.error,
-            )
             if self._fatal is None:
                 self._fatal = failure
+                logger.error(
+                    "%s[%d]@%d could not be delivered to %r: %s; stopping",
+                    topic,
+                    tracker.partition,
+                    offset,
+                    failure.target_topic,
+                    failure.error,
+                )
+            else:
+                # Often the same cause (one refused batch fails all its messages): one line
+                # for the first, the count in the final error.
+                logger.debug(
+                    "%s[%d]@%d failed too: %s", topic, tracker.partition, offset, failure.error
+                )
 
     def _send_to_dead_letter(self, topic: str, failure: _Failure) -> None:
         producer = self._producer
@@ -560,11 +566,14 @@ class Mirror:
                 f"{committed if committed is not None else 'its previous value'} (not past "
                 "this message), so a restart resumes at or before it"
             )
+        more = sum(self._failed.values()) - 1
+        others = f" {more:,} more messages failed meanwhile." if more > 0 else ""
         return MessageFailedError(
             f"source message {tracker.topic}[{tracker.partition}]@{offset} ({size:,} bytes of "
             f"key and value) could not be delivered to target topic {failure.target_topic!r}: "
-            f"{failure.error}. Stopped and {where}. Fix the cause (for a message too large, "
-            "raise the target's message.max.bytes and the producer's message.max.bytes), or "
+            f"{failure.error}.{others} Stopped and {where}. Fix the cause (for a message too "
+            "large: raise the target topic's max.message.bytes, and keep the producer's "
+            "batch.size below it so that one large message does not fail a whole batch), or "
             "pass --dead-letter-topic to set such messages aside",
             topic=tracker.topic,
             partition=tracker.partition,
