@@ -25,9 +25,11 @@ class FakeProducer:
 
 def test_cache_builds_once_per_key_and_reuses() -> None:
     cache: ProducerCache[FakeProducer] = ProducerCache()
-    first = cache.get("a", FakeProducer)
-    assert cache.get("a", FakeProducer) is first
-    other = cache.get("b", FakeProducer)
+    first, built = cache.get("a", FakeProducer)
+    assert built
+    assert cache.get("a", FakeProducer) == (first, False)
+    other, built = cache.get("b", FakeProducer)
+    assert built
     assert other is not first
     assert cache.built == 2
     assert cache.producers() == {"a": first, "b": other}
@@ -35,27 +37,46 @@ def test_cache_builds_once_per_key_and_reuses() -> None:
 
 def test_discard_closes_and_the_next_get_builds_fresh() -> None:
     cache: ProducerCache[FakeProducer] = ProducerCache()
-    first = cache.get("a", lambda: FakeProducer(undelivered=3))
+    first, _ = cache.get("a", lambda: FakeProducer(undelivered=3))
     cache.discard("a")
     assert first.closed == 1
-    assert cache.get("a", FakeProducer) is not first
+    second, built = cache.get("a", FakeProducer)
+    assert built
+    assert second is not first
     cache.discard("missing")  # nothing to close, no error
 
 
 def test_close_all_closes_every_producer_once() -> None:
     cache: ProducerCache[FakeProducer] = ProducerCache()
-    producers = [cache.get(k, FakeProducer) for k in "abc"]
+    producers = [cache.get(k, FakeProducer)[0] for k in "abc"]
     cache.close_all()
     cache.close_all()
     assert [p.closed for p in producers] == [1, 1, 1]
     assert cache.producers() == {}
 
 
+def test_producers_idle_too_long_are_closed_when_another_is_asked_for() -> None:
+    now = [0.0]
+    cache: ProducerCache[FakeProducer] = ProducerCache(max_idle_s=600, clock=lambda: now[0])
+    old, _ = cache.get("old", FakeProducer)
+    recent, _ = cache.get("recent", FakeProducer)
+    now[0] = 599.0
+    cache.get("recent", FakeProducer)
+    assert old.closed == 0
+    now[0] = 600.0
+    current, _ = cache.get("recent", FakeProducer)
+    assert current is recent
+    assert old.closed == 1
+    assert recent.closed == 0
+    assert cache.producers() == {"recent": recent}
+
+
 def test_a_forked_process_never_uses_its_parents_producer(monkeypatch: pytest.MonkeyPatch) -> None:
     cache: ProducerCache[FakeProducer] = ProducerCache()
-    parents = cache.get("a", FakeProducer)
+    parents, _ = cache.get("a", FakeProducer)
     monkeypatch.setattr(os, "getpid", lambda: -1)
-    childs = cache.get("a", FakeProducer)
+    childs, built = cache.get("a", FakeProducer)
+    assert built
     assert childs is not parents
     assert parents.closed == 0  # its threads live in the parent; closing here would be wrong
 
@@ -69,6 +90,7 @@ summaries = st.builds(
     possible_duplicates=counts,
     failed=counts,
     tasks=counts,
+    producers_built=counts,
 )
 
 

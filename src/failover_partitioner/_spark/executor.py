@@ -72,7 +72,7 @@ def write_partition(
     rows: Iterable[Any], *, spec: WriterSpec, counts: Accumulator[WriteSummary]
 ) -> None:
     """Write one DataFrame partition (rows as selected by ``RowLayout.select_expressions``)."""
-    producer = PRODUCERS.get(
+    producer, built = PRODUCERS.get(
         spec.cache_key, lambda: build_producer(spec.producer_config, spec.failover_options)
     )
     # The worker runs one task at a time and every task ends flushed, so the producer's
@@ -94,6 +94,7 @@ def write_partition(
         possible_duplicates=tally.possible_duplicates,
         failed=tally.failed,
         tasks=1,
+        producers_built=int(built),
     )
     if tally.failed and spec.raise_on_failed_rows:
         raise RowsFailedError(

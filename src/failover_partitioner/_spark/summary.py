@@ -21,7 +21,9 @@ class WriteSummary:
       ambiguously (e.g. NOT_ENOUGH_REPLICAS_AFTER_APPEND, a timeout);
     - ``failed``: rows that finally failed; non-zero only with ``raise_on_failed_rows=False``,
       since otherwise such a task raises;
-    - ``tasks``: Spark tasks (DataFrame partitions) that wrote.
+    - ``tasks``: Spark tasks (DataFrame partitions) that wrote;
+    - ``producers_built``: producers those tasks had to build; far below ``tasks`` when Python
+      workers are reused (``spark.python.worker.reuse``) and keep theirs between tasks.
     """
 
     rows: int = 0
@@ -30,6 +32,7 @@ class WriteSummary:
     possible_duplicates: int = 0
     failed: int = 0
     tasks: int = 0
+    producers_built: int = 0
 
     def __add__(self, other: WriteSummary) -> WriteSummary:
         if not isinstance(other, WriteSummary):
