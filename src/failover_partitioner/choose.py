@@ -195,6 +195,10 @@ class PartitionChooser:
         self._view = view
         self._plan = _Plan(view, self._options, self._rng)
 
+    def replace_view(self, view: TopicView) -> None:
+        """Swap in ``view`` when it differs from the current one only in its fetch time."""
+        self._view = view
+
     def _round_robin(self, nbytes: int = 0) -> int:
         return next(self._plan.cycle)
 

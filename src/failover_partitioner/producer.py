@@ -97,7 +97,12 @@ def _count_value(counter: itertools.count[int]) -> int:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProducerStatistics:
-    """A snapshot of a producer's counters (``in_flight`` includes ``failed_buffer_depth``)."""
+    """A snapshot of a producer's counters (``in_flight`` includes ``failed_buffer_depth``).
+
+    ``possible_duplicates`` counts messages with at least one ambiguous failed attempt (one
+    that may have been written); ``ambiguous_failures`` counts those attempts, the most extra
+    copies the re-producing can have made.
+    """
 
     produced: int
     delivered: int
@@ -109,6 +114,7 @@ class ProducerStatistics:
     retries: int
     rerouted: int
     possible_duplicates: int
+    ambiguous_failures: int
     quarantines: int
     max_in_flight: int
 
@@ -160,6 +166,10 @@ class _TopicState:
 
     def rebuild(self) -> None:
         self.chooser.update(TopicView.build(self.metadata, self.quarantine.partitions))
+
+    def rebuild_unchanged(self) -> None:
+        """Nothing changed but the fetch time: keep the plan, refresh the snapshot's time."""
+        self.chooser.replace_view(TopicView.build(self.metadata, self.quarantine.partitions))
 
     def usable_by_metadata(self, partition: int) -> bool:
         parts = self.metadata.partitions
@@ -327,6 +337,7 @@ class FailoverProducer:
         self._final_failures = 0
         self._returned = 0
         self._refused = 0
+        self._ambiguous = 0
 
         self._buffer: RetryBuffer[_Record] = RetryBuffer(
             max_in_flight=limit + _THREAD_SLACK,
@@ -645,6 +656,7 @@ class FailoverProducer:
             self._meta.request_refresh(topic)
         if ec.possibly_persisted:
             rec._dup = True
+            self._ambiguous += 1
         if rec._m[4] is None and msg is not None:
             # Keep the first attempt's CreateTime on every later attempt.
             ts_type, ts = msg.timestamp()
@@ -722,16 +734,28 @@ class FailoverProducer:
                     self._choosers[topic] = state.chooser
                     self._attention = True
                     self._attention_at = 0.0
+                    if state.view.unavailable:
+                        self._meta.set_fast(topic, True)
                     return
         with state.lock:
             old = state.metadata
             state.metadata = md
             if len(md.partitions) < len(old.partitions):
                 state.quarantine.forget(range(len(md.partitions), len(old.partitions)))
-            state.quarantine.release_due(time.monotonic(), state.usable_by_metadata)
-            state.rebuild()
-            quarantined = len(state.quarantine) > 0
-        self._meta.set_fast(topic, quarantined)
+            released = state.quarantine.release_due(time.monotonic(), state.usable_by_metadata)
+            changed = (
+                released
+                or md.partitions != old.partitions
+                or md.min_insync_replicas != old.min_insync_replicas
+                or md.exists != old.exists
+            )
+            if changed:
+                state.rebuild()
+            else:  # same facts: keep the view (and the chooser's rotation), only its age moves
+                state.rebuild_unchanged()
+            # Watch closely while anything is out of use, to see it come back soon.
+            fast = len(state.quarantine) > 0 or bool(state.view.unavailable)
+        self._meta.set_fast(topic, fast)
         self._attention = True
         self._attention_at = 0.0
 
@@ -754,13 +778,15 @@ class FailoverProducer:
                 released = q.release_due(now, state.usable_by_metadata)
                 if released:
                     state.rebuild()
-                remaining = q.next_release_at()
+                # A back-off that has ended but whose partition the metadata still shows
+                # unusable is released by the next metadata update, not by polling here.
+                upcoming = q.next_release_after(now)
+                fast = len(q) > 0 or bool(state.view.unavailable)
             if released:
                 logger.info("partitions %s of %s released from quarantine", released, topic)
-            if remaining is not None:
-                next_at = min(next_at, remaining)
-            else:
-                self._meta.set_fast(topic, False)
+                self._meta.set_fast(topic, fast)
+            if upcoming is not None:
+                next_at = min(next_at, upcoming)
         take = self._buffer.take_failed
         for _ in range(self._buffer.limit):
             entry = take()
@@ -946,6 +972,7 @@ class FailoverProducer:
             retries=s.retries,
             rerouted=self._rerouted,
             possible_duplicates=s.possibly_duplicated,
+            ambiguous_failures=self._ambiguous,
             quarantines=self._quarantines,
             max_in_flight=self._limit,
         )

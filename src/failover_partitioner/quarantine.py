@@ -109,6 +109,10 @@ class Quarantine:
         """The earliest back-off end, or None when nothing is quarantined."""
         return min(self._until.values(), default=None)
 
+    def next_release_after(self, now: float) -> float | None:
+        """The earliest back-off end still ahead of ``now`` (past ones wait for metadata)."""
+        return min((u for u in self._until.values() if u > now), default=None)
+
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop partitions that no longer exist (the topic was recreated smaller)."""
         for p in partitions:

@@ -92,3 +92,13 @@ def test_bad_policy_is_refused(kwargs: dict[str, float], message: str) -> None:
 
 def test_huge_strike_counts_stay_capped() -> None:
     assert QuarantinePolicy(initial_s=1.0, max_s=30.0).backoff_s(10_000) == 30.0
+
+
+def test_next_release_after_skips_backoffs_waiting_for_metadata() -> None:
+    q = Quarantine(QuarantinePolicy(initial_s=1.0))
+    q.strike(0, 0.0)
+    q.strike(1, 5.0)
+    assert q.release_due(2.0, never) == []
+    assert q.next_release_at() == 1.0  # over, but the metadata still shows it unusable
+    assert q.next_release_after(2.0) == 6.0
+    assert q.next_release_after(7.0) is None
