@@ -62,12 +62,13 @@ def test_loss_comes_from_the_topic_not_from_the_callbacks() -> None:
         Record(sent_s=1.0, status=Status.ACKED, done_s=1.020),  # acked yet missing: lost
         Record(sent_s=2.0),  # never reported, not in topic
     ]
-    found = {0: 1, 1: 2}
+    found = {0: 1, 1: 3}  # the failed one was written three times
     s = summarize(
         name="plain", records=records, found=found, end_s=10.0, rerouted=0, possible_duplicates=None
     )
     assert (s.sent, s.delivered, s.failed, s.undelivered) == (5, 2, 1, 2)
-    assert (s.found, s.lost, s.lost_after_ack, s.duplicates) == (2, 3, 1, 1)
+    assert (s.found, s.lost, s.lost_after_ack) == (2, 3, 1)
+    assert (s.duplicates, s.duplicated_messages) == (2, 1)
     assert s.possible_duplicates is None
     # The purged message waited 8 s, and so did the never-reported one (until the deadline).
     assert s.longest_stall_s == pytest.approx(8.0)
@@ -156,6 +157,7 @@ def test_summary_figures_add_up(
     assert s.found + s.lost == s.sent
     assert s.lost_after_ack <= min(s.lost, s.delivered)
     assert s.duplicates == sum(n - 1 for n in found.values())
+    assert s.duplicated_messages == sum(1 for n in found.values() if n > 1) <= s.duplicates
     assert sum(s.delivered_per_s) == s.delivered
     assert s.longest_stall_s >= 0
     if s.p50_ms is not None and s.p99_ms is not None:

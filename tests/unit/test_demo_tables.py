@@ -64,6 +64,7 @@ def summary(name: str, **changes: object) -> ProducerSummary:
         "lost": 0,
         "lost_after_ack": 0,
         "duplicates": 0,
+        "duplicated_messages": 0,
         "possible_duplicates": 0,
         "rerouted": 0,
         "longest_stall_s": 0.2,
@@ -160,16 +161,19 @@ def test_verdict_states_loss_waits_and_duplicates() -> None:
         undelivered=12,
         not_delivered_within_1s=1334,
         longest_stall_s=8.72,
-        duplicates=154,
+        duplicates=160,
+        duplicated_messages=154,
         possible_duplicates=None,
     )
     assert verdict(plain) == (
         "plain: LOST 12 of 1000 messages, 12 still undelivered at the deadline, "
         "1334 not delivered within 1 s (longest wait 8.7 s), "
-        "154 duplicates in the topic, none reported"
+        "154 messages duplicated in the topic, none reported"
     )
-    failover = summary("failover", rerouted=218, duplicates=177, possible_duplicates=177)
+    failover = summary(
+        "failover", rerouted=218, duplicates=177, duplicated_messages=177, possible_duplicates=177
+    )
     assert verdict(failover) == (
         "failover: lost none of 1000 messages, 0 not delivered within 1 s (longest wait 0.2 s), "
-        "218 rerouted, 177 duplicates in the topic, 177 reported as possible"
+        "218 rerouted, 177 messages duplicated in the topic, 177 reported as possible duplicates"
     )

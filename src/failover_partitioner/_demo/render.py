@@ -46,7 +46,7 @@ _PRODUCER_ROWS: tuple[tuple[str, Callable[[ProducerSummary], str]], ...] = (
     ("LOST (not in topic)", lambda s: str(s.lost)),
     ("undelivered at deadline", lambda s: str(s.undelivered)),
     ("failed (final error)", lambda s: str(s.failed)),
-    ("duplicates in topic", lambda s: str(s.duplicates)),
+    ("duplicated in topic", lambda s: str(s.duplicated_messages)),
     ("possible duplicates", lambda s: _count(s.possible_duplicates)),
     ("rerouted", lambda s: str(s.rerouted)),
     ("not delivered within 1 s", lambda s: str(s.not_delivered_within_1s)),
@@ -159,12 +159,12 @@ def verdict(summary: ProducerSummary) -> str:
     )
     if s.rerouted:
         parts.append(f"{s.rerouted} rerouted")
-    if s.duplicates:
+    if s.duplicated_messages:
         if s.possible_duplicates is None:
-            parts.append(f"{s.duplicates} duplicates in the topic, none reported")
+            parts.append(f"{s.duplicated_messages} messages duplicated in the topic, none reported")
         else:
             parts.append(
-                f"{s.duplicates} duplicates in the topic, {s.possible_duplicates} reported "
-                "as possible"
+                f"{s.duplicated_messages} messages duplicated in the topic, "
+                f"{s.possible_duplicates} reported as possible duplicates"
             )
     return f"{s.name}: " + ", ".join(parts)

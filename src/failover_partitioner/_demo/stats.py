@@ -109,6 +109,7 @@ class ProducerSummary:
     lost: int  # sent but not found in the topic
     lost_after_ack: int  # reported delivered yet not in the topic: acks=all broken
     duplicates: int  # extra copies found in the topic
+    duplicated_messages: int  # messages found more than once (a producer counts these)
     possible_duplicates: int | None  # the producer's own count; None if it keeps none
     rerouted: int
     longest_stall_s: float  # longest any message waited for success (or its deadline)
@@ -187,6 +188,7 @@ def summarize(
         lost=sent - found_sent,
         lost_after_ack=lost_after_ack,
         duplicates=sum(max(0, n - 1) for n in found.values()),
+        duplicated_messages=sum(1 for n in found.values() if n > 1),
         possible_duplicates=possible_duplicates,
         rerouted=rerouted,
         longest_stall_s=longest_s,
