@@ -23,6 +23,9 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+demo: $(STAMP)
+	$(VENV)/bin/failover-demo $(DEMO_ARGS)
+
 bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
