@@ -267,7 +267,8 @@ def test_sigkill_and_restart_five_times_loses_nothing(
     seed = int(os.environ.get("MIRROR_KILL_SEED", "20261121"))
     rng = random.Random(seed)
     print(f"kill seed {seed} (set MIRROR_KILL_SEED to replay)")
-    source = SteadyProducer(src.bootstrap_servers, "orders", messages, messages / 15).start()
+    # Written over about 30 s: the five kill-restart cycles take well under that.
+    source = SteadyProducer(src.bootstrap_servers, "orders", messages, messages / 30).start()
     args = mirror_args(src, dst, "mirror-kill", tmp_path, "--max-in-flight", str(max_in_flight))
     at_kill: list[dict[str, Any]] = []
     for kill in range(5):

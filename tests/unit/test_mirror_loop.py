@@ -8,6 +8,7 @@ inside a delivery callback.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -415,7 +416,14 @@ def test_max_in_flight_bounds_the_producer_and_pauses_the_consumer() -> None:
     source.add_topic("t", 4, 300)
     rig = Rig(source)
     mirror = rig.mirror(producer_kw={"share": 0.05}, max_in_flight=40, poll_batch=25)
-    final = run_until(mirror, all_delivered(1200))
+    states: set[str] = set()
+
+    def done(status: MirrorStatus) -> bool:
+        states.add(status.state)
+        return status.delivered >= 1200
+
+    final = run_until(mirror, done)
+    assert "paused" in states
     assert final.delivered == 1200
     assert 0 < rig.producers[0].max_pending <= 40
     assert rig.consumers[0].ever_paused
@@ -664,6 +672,18 @@ def test_metrics_and_status_line() -> None:
     assert "lag" in lines[0]
     assert "rerouted" in lines[0]
     assert lines[1].startswith("{")
+    parsed = [json.loads(line) for line in lines if line.startswith("{")]
+    detailed = [p for p in parsed if p["partitions"]]
+    assert detailed
+    assert set(detailed[-1]["partitions"][0]) == {
+        "topic",
+        "partition",
+        "committed_offset",
+        "high_watermark",
+        "lag",
+        "in_flight",
+        "failed_offset",
+    }
     running = [line for line in lines if '"state":"running"' in line]
     assert running
     # While running the per-partition gauges are there.

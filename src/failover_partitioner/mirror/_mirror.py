@@ -172,7 +172,7 @@ class Mirror:
         self._subscribed: tuple[str, ...] | None = None
         self._consumer: ConsumerLike | None = None
         self._producer: ProducerLike | None = None
-        self._provenance_topics: dict[str, bytes] = {}
+        self._provenance_prefixes: dict[tuple[str, int], Headers] = {}
         # Counters: plain ints and dicts on the hot path, published to metrics now and then.
         self._consumed: dict[str, int] = {}
         self._delivered: dict[str, int] = {}
@@ -251,8 +251,9 @@ class Mirror:
         rate = (self._delivered_total - mark_delivered) / (now - mark_t) if now > mark_t else 0.0
         partitions = self._partition_statuses()
         lags = [p.lag for p in partitions if p.lag is not None]
+        state = "paused" if self._paused and self._state == "running" else self._state
         return MirrorStatus(
-            state=self._state,
+            state=state,
             elapsed_s=now - self._started_at,
             consumed=sum(self._consumed.values()),
             delivered=self._delivered_total,
@@ -330,16 +331,26 @@ class Mirror:
         batch = consumer.consume(min(room, opts.poll_batch), timeout)
         if batch:
             self._hand_batch(batch)
+        elif window > in_flight:
+            # Caught up with the source: commit what is delivered now rather than at the next
+            # interval (a restart then repeats nothing; no round trip if nothing advanced).
+            producer.poll(0)
+            self._commit(None, reason="idle")
 
     def _hand_batch(self, batch: list[Message]) -> None:
         producer = self._producer
         assert producer is not None
+        # The hot path: locals only, and per-partition values looked up once per run of
+        # messages from the same partition (the consumer returns them grouped).
         produce = producer.produce
         get_tracker = self._ledger.get
-        router_target = self._router.target
         provenance = self._options.provenance_headers
         on_delivery = self._on_delivery
         consumed = self._consumed
+        last: tuple[str, int] | None = None
+        tracker: PartitionTracker | None = None
+        target = ""
+        prefix: Headers = []
         for msg in batch:
             err = msg.error()
             if err is not None:
@@ -351,16 +362,20 @@ class Mirror:
             assert topic is not None
             assert partition is not None
             assert offset is not None
-            tracker = get_tracker(topic, partition)
+            if (topic, partition) != last:
+                last = (topic, partition)
+                tracker = get_tracker(topic, partition)
+                target = self._router.target(topic)
+                if provenance:
+                    prefix = self._provenance_prefix(topic, partition)
             if tracker is None:
                 continue  # revoked while the batch was out; the new owner reads it again
             # A consumed message's headers are always a list of pairs, never the dict form.
             headers: Headers | None = msg.headers()  # type: ignore[assignment]
             if provenance:
-                extra = self._provenance(topic, partition, offset)
+                extra = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 headers = headers + extra if headers else extra
             ts_type, ts = msg.timestamp()
-            target = router_target(topic)
             tracker.handed(offset)
             consumed[topic] = consumed.get(topic, 0) + 1
             callback = partial(on_delivery, tracker, msg, target)
@@ -412,15 +427,18 @@ class Mirror:
                 continue
         return False
 
+    def _provenance_prefix(self, topic: str, partition: int) -> Headers:
+        prefix = self._provenance_prefixes.get((topic, partition))
+        if prefix is None:
+            prefix = [
+                (HEADER_SOURCE_TOPIC, topic.encode()),
+                (HEADER_SOURCE_PARTITION, b"%d" % partition),
+            ]
+            self._provenance_prefixes[(topic, partition)] = prefix
+        return prefix
+
     def _provenance(self, topic: str, partition: int, offset: int) -> Headers:
-        topic_bytes = self._provenance_topics.get(topic)
-        if topic_bytes is None:
-            topic_bytes = self._provenance_topics[topic] = topic.encode()
-        return [
-            (HEADER_SOURCE_TOPIC, topic_bytes),
-            (HEADER_SOURCE_PARTITION, b"%d" % partition),
-            (HEADER_SOURCE_OFFSET, b"%d" % offset),
-        ]
+        return [*self._provenance_prefix(topic, partition), (HEADER_SOURCE_OFFSET, b"%d" % offset)]
 
     # -- delivery outcomes (inside producer.poll: update state only) ---------------------
 

@@ -62,8 +62,7 @@ class MirrorStatus:
 def format_status(status: MirrorStatus, *, as_json: bool = False) -> str:
     """The periodic status line: human-readable, or one JSON object (``--json``)."""
     if as_json:
-        data = status.to_dict()
-        data["partitions"] = len(status.partitions)
+        data = status.to_dict()  # partitions become a list of objects, one per partition
         data["elapsed_s"] = round(status.elapsed_s, 3)
         data["delivered_per_s"] = round(status.delivered_per_s, 1)
         return json.dumps(data, separators=(",", ":"), sort_keys=True)

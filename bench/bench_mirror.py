@@ -1,0 +1,218 @@
+"""failover-mirror throughput (issue 7) against a bare consume-produce loop.
+
+The reference is the loop a user would write with confluent-kafka: consume a batch, produce
+each message (key, value, headers, timestamp) with a plain Producer, poll, and every
+``WINDOW`` messages flush and commit synchronously. It checks no delivery outcome, so it is
+the cheapest possible at-least-once-ish loop. The mirror runs with its defaults (provenance
+headers on, max in flight ``WINDOW``, so the same duplicate exposure) through the failover
+producer, with a delivery callback per message and per-partition commit tracking.
+
+Both copy the same backlog of ``N`` 100-byte messages (6 partitions, half keyed) from a source
+cluster to a target cluster, one after the other in the same run, each with its own consumer
+group. Time runs from the first consumed message (group joins are not counted) until every
+message is delivered and committed. Done on two pairs of clusters: librdkafka's mock (C; the
+client-side cost alone) and minibroker (in this process, RF=3, acks=all).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from confluent_kafka import Consumer, Message, Producer
+
+from failover_partitioner.mirror import Mirror, MirrorOptions, MirrorStatus
+from failover_partitioner.producer import FailoverProducer
+from failover_partitioner.testing import MockCluster
+from harness import Figure
+from minibroker import Cluster
+
+ISSUE = 7
+TOPIC = "bench"
+PARTITIONS = 6
+WINDOW = 10_000
+VALUE = b"v" * 100
+
+
+def _fill(bootstrap: str, count: int) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    for i in range(count):
+        key = b"k%d" % (i % 1000) if i % 2 else None
+        while True:
+            try:
+                producer.produce(TOPIC, VALUE, key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("could not fill the source")
+
+
+class _FirstMessageClock:
+    """Wraps a consumer; remembers when the first message came back."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+        self.first: float | None = None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        out = self._consumer.consume(num_messages, timeout)
+        if out and self.first is None:
+            self.first = time.perf_counter()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def _bare_loop(source: str, target: str, count: int, group: str) -> float:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": source,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    producer = Producer(
+        {"bootstrap.servers": target, "acks": "all", "queue.buffering.max.messages": 1_000_000}
+    )
+    consumer.subscribe([TOPIC])
+    produce, poll = producer.produce, producer.poll
+    done = since_commit = 0
+    start: float | None = None
+    while done < count:
+        batch = consumer.consume(500, 0.1)
+        if not batch:
+            continue
+        if start is None:
+            start = time.perf_counter()
+        for m in batch:
+            try:
+                produce(TOPIC, m.value(), m.key(), headers=m.headers(), timestamp=m.timestamp()[1])
+            except BufferError:
+                poll(0.01)
+                produce(TOPIC, m.value(), m.key(), headers=m.headers(), timestamp=m.timestamp()[1])
+        poll(0)
+        done += len(batch)
+        since_commit += len(batch)
+        if since_commit >= WINDOW or done >= count:
+            producer.flush()
+            consumer.commit(asynchronous=False)
+            since_commit = 0
+    elapsed = time.perf_counter() - (start or time.perf_counter())
+    consumer.close()
+    producer.flush()
+    return count / elapsed
+
+
+def _mirror(
+    source: str,
+    target: str,
+    count: int,
+    group: str,
+    producer_options: dict[str, Any],
+) -> float:
+    clocks: list[_FirstMessageClock] = []
+    finished: list[float] = []
+
+    def consumer(conf: dict[str, str]) -> Any:
+        clock = _FirstMessageClock(Consumer(conf))
+        clocks.append(clock)
+        return clock
+
+    def producer(conf: dict[str, str]) -> Any:
+        return FailoverProducer(conf, max_in_flight=WINDOW + 1024, **producer_options)
+
+    options = MirrorOptions(
+        source_bootstrap=source,
+        target_bootstrap=target,
+        group_id=group,
+        status_interval_s=0.02,
+        max_in_flight=WINDOW,
+    )
+    mirror = Mirror(options, consumer_factory=consumer, producer_factory=producer)
+
+    def on_status(status: MirrorStatus) -> None:
+        if not finished and status.delivered >= count and status.uncommitted == 0:
+            finished.append(time.perf_counter())
+            mirror.stop()
+
+    mirror.run(on_status=on_status)
+    first = clocks[0].first
+    if not finished or first is None:
+        raise RuntimeError("the mirror did not finish")
+    return count / (finished[0] - first)
+
+
+@contextmanager
+def _mock_pair() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    with MockCluster(brokers=3) as src, MockCluster(brokers=3) as dst:
+        src.create_topic(TOPIC, PARTITIONS, 3)
+        dst.create_topic(TOPIC, PARTITIONS, 3)
+        # The mock has no DescribeConfigs: min ISR is given.
+        yield src.bootstrap_servers, dst.bootstrap_servers, {"min_insync_replicas": 2}
+
+
+@contextmanager
+def _minibroker_pair() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    config = {"min.insync.replicas": "2"}
+    with Cluster(brokers=3, config=config) as src, Cluster(brokers=3, config=config) as dst:
+        src.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+        dst.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+        yield src.bootstrap_servers, dst.bootstrap_servers, {}
+
+
+def _compare(pair: Callable[[], Any], count: int, rounds: int) -> tuple[list[float], list[float]]:
+    mirror_rates: list[float] = []
+    bare_rates: list[float] = []
+    with pair() as (source, target, producer_options):
+        _fill(source, count)
+        for r in range(rounds):
+            # Alternate the order so neither side always runs on a warmer cluster.
+            if r % 2 == 0:
+                bare_rates.append(_bare_loop(source, target, count, f"bare-{r}"))
+            mirror_rates.append(_mirror(source, target, count, f"mirror-{r}", producer_options))
+            if r % 2 == 1:
+                bare_rates.append(_bare_loop(source, target, count, f"bare-{r}"))
+    return mirror_rates, bare_rates
+
+
+def run(quick: bool) -> list[Figure]:
+    figures = []
+    for name, pair, count in (
+        ("librdkafka mock", _mock_pair, 50_000 if quick else 200_000),
+        ("minibroker", _minibroker_pair, 30_000 if quick else 100_000),
+    ):
+        rounds = 1 if quick else 3
+        mirror_rates, bare_rates = _compare(pair, count, rounds)
+        figures.append(
+            Figure(
+                issue=ISSUE,
+                name=f"mirror msg/s vs bare consume-produce loop ({name})",
+                value=statistics.median(mirror_rates),
+                reference=statistics.median(bare_rates),
+                unit="msg/s",
+                target=0.8,
+                note=f"{count} x 100 B, {PARTITIONS} partitions, window {WINDOW}; "
+                f"mirror {[round(r) for r in mirror_rates]}, "
+                f"bare {[round(r) for r in bare_rates]}",
+            )
+        )
+    return figures
+
+
+if __name__ == "__main__":
+    for figure in run(quick=True):
+        print(figure)
