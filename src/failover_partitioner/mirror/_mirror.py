@@ -250,7 +250,9 @@ class Mirror:
         mark_t, mark_delivered = self._rate_mark
         rate = (self._delivered_total - mark_delivered) / (now - mark_t) if now > mark_t else 0.0
         partitions = self._partition_statuses()
-        lags = [p.lag for p in partitions if p.lag is not None]
+        # A partial sum would read as "caught up" too early: unknown if any partition is.
+        lags = [p.lag for p in partitions]
+        known = [lag for lag in lags if lag is not None]
         state = "paused" if self._paused and self._state == "running" else self._state
         return MirrorStatus(
             state=state,
@@ -262,7 +264,7 @@ class Mirror:
             failed=sum(self._failed.values()),
             in_flight=self._ledger.in_flight,
             uncommitted=self._ledger.window,
-            lag=sum(lags) if lags else None,
+            lag=sum(known) if known and len(known) == len(lags) else None,
             delivered_per_s=rate,
             commits=self._commits,
             partitions=partitions,

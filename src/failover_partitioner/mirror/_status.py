@@ -49,7 +49,7 @@ class MirrorStatus:
     uncommitted: int
     """Messages consumed and not covered by a commit (bounded by max_in_flight)."""
     lag: int | None
-    """Sum of the partitions' lag; None while no partition has a known lag."""
+    """Sum of the partitions' lag; None while any assigned partition's lag is unknown."""
     delivered_per_s: float
     """Delivery rate since the previous status line."""
     commits: int
