@@ -3,6 +3,11 @@
 A task succeeds only once every one of its rows has a final outcome. If a row finally failed
 (and ``raise_on_failed_rows``), the task raises and Spark runs it again: rows the failed
 attempt delivered are delivered twice, which is Spark's at-least-once contract for sinks.
+
+Rows are produced without a delivery callback: a Python call per row on the delivery path
+costs as much as the rest of the writer. The task's counts are the differences of the
+producer's own statistics before and after it, exact because a Python worker runs one task at
+a time and every task ends with nothing in flight (or with its producer thrown away).
 """
 
 from __future__ import annotations
@@ -15,104 +20,85 @@ from typing import Any
 
 from pyspark.accumulators import Accumulator
 
-from failover_partitioner._message import DeliveryReport
 from failover_partitioner._spark.cache import ProducerCache
-from failover_partitioner._spark.factory import Producer, build_producer
+from failover_partitioner._spark.factory import ExecutorProducer, Producer, open_producer
 from failover_partitioner._spark.spec import WriterSpec
 from failover_partitioner._spark.summary import WriteSummary
 from failover_partitioner.errors import FailoverError
 
 _log = logging.getLogger(__name__)
 
-# Delivery reports run inside poll(); polling every so many rows keeps them flowing without
-# paying for a call per row.
+# The producer re-produces failed rows from poll(); polling every so many rows keeps retries
+# and librdkafka's delivery reports flowing without paying for a call per row.
 _POLL_EVERY_ROWS = 1000
 
-PRODUCERS: ProducerCache[Producer] = ProducerCache()
+PRODUCERS: ProducerCache[ExecutorProducer] = ProducerCache()
 # Best effort only: PySpark's daemon ends forked workers with os._exit, which skips atexit.
 # Nothing depends on it, since every task flushes before it reports success.
 atexit.register(PRODUCERS.close_all)
 
 
 class RowsFailedError(FailoverError):
-    """Rows of a task finally failed; the task raises so that Spark retries it."""
+    """Rows of a task finally failed, or had no outcome in time; the task raises so that
+    Spark retries it."""
 
 
 class RowError(FailoverError, ValueError):
     """A row cannot be produced as it is (e.g. its topic is null)."""
 
 
-class Tally:
-    """Final outcomes of one task's rows, fed by the delivery callback (once per row)."""
-
-    __slots__ = ("delivered", "failed", "first_error", "possible_duplicates")
-
-    def __init__(self) -> None:
-        self.delivered = 0
-        self.failed = 0
-        self.possible_duplicates = 0
-        self.first_error: str | None = None
-
-    def on_delivery(self, err: Any, msg: DeliveryReport) -> None:
-        if msg.possibly_duplicated():
-            self.possible_duplicates += 1
-        if err is None:
-            self.delivered += 1
-            return
-        self.failed += 1
-        if self.first_error is None:
-            self.first_error = str(err)
-
-    @property
-    def done(self) -> int:
-        return self.delivered + self.failed
-
-
 def write_partition(
     rows: Iterable[Any], *, spec: WriterSpec, counts: Accumulator[WriteSummary]
 ) -> None:
     """Write one DataFrame partition (rows as selected by ``RowLayout.select_expressions``)."""
-    producer, built = PRODUCERS.get(
-        spec.cache_key, lambda: build_producer(spec.producer_config, spec.failover_options)
+    handle, built = PRODUCERS.get(
+        spec.cache_key, lambda: open_producer(spec.producer_config, spec.failover_options)
     )
-    # The worker runs one task at a time and every task ends flushed, so the producer's
-    # counters move only for this task's rows.
-    rerouted_before = producer.statistics().rerouted
-    tally = Tally()
+    producer = handle.producer
+    handle.failures.reset()
+    before = producer.statistics()
     try:
-        produced = _produce_rows(producer, rows, spec, tally)
-        _await_outcomes(producer, tally, produced, spec.flush_timeout_s)
+        produced = _produce_rows(producer, rows, spec)
+        _await_outcomes(producer, produced, spec.flush_timeout_s)
     except BaseException:
-        # Messages of this attempt may still be in flight; a fresh producer for the retry keeps
-        # their late reports out of its tally (the cached-producer trap of SPARK-27042).
+        # Rows of this attempt may still be in flight; a fresh producer for the retry keeps
+        # their late outcomes out of its counts (the cached-producer trap of SPARK-27042).
         PRODUCERS.discard(spec.cache_key)
         raise
+    after = producer.statistics()
     summary = WriteSummary(
         rows=produced,
-        delivered=tally.delivered,
-        rerouted=producer.statistics().rerouted - rerouted_before,
-        possible_duplicates=tally.possible_duplicates,
-        failed=tally.failed,
+        delivered=after.delivered - before.delivered,
+        rerouted=after.rerouted - before.rerouted,
+        possible_duplicates=after.possible_duplicates - before.possible_duplicates,
+        failed=after.final_failures - before.final_failures,
         tasks=1,
         producers_built=int(built),
     )
-    if tally.failed and spec.raise_on_failed_rows:
+    if summary.delivered + summary.failed != produced:
+        PRODUCERS.discard(spec.cache_key)
         raise RowsFailedError(
-            f"{tally.failed} of {produced} rows finally failed (first error: {tally.first_error}); "
-            "the task fails so that Spark retries it, and rows already delivered by this attempt "
-            "will be written again. Pass raise_on_failed_rows=False to count such rows instead."
+            f"the producer accounted for {summary.delivered + summary.failed} outcomes of "
+            f"{produced} rows; something else used this worker's producer. The task fails so "
+            "that Spark retries it with a fresh one."
+        )
+    if summary.failed and spec.raise_on_failed_rows:
+        raise RowsFailedError(
+            f"{summary.failed} of {produced} rows finally failed (first error: "
+            f"{handle.failures.first_error}); the task fails so that Spark retries it, and "
+            "rows already delivered by this attempt will be written again. Pass "
+            "raise_on_failed_rows=False to count such rows instead."
         )
     counts.add(summary)
 
 
-def _produce_rows(producer: Producer, rows: Iterable[Any], spec: WriterSpec, tally: Tally) -> int:
+def _produce_rows(producer: Producer, rows: Iterable[Any], spec: WriterSpec) -> int:
     layout = spec.layout
     value_binary = layout.value_is_binary
     key_binary = layout.key_is_binary
     fixed_topic = spec.topic
     produce = producer.produce
     poll = producer.poll
-    on_delivery = tally.on_delivery
     produced = 0
     # Rows arrive as tuples in RowLayout order; iterate lazily, never materialise the partition.
     for value, key, headers, row_topic in rows:
@@ -124,25 +110,28 @@ def _produce_rows(producer: Producer, rows: Iterable[Any], spec: WriterSpec, tal
             )
         if value_binary and value is not None:
             value = bytes(value)
-        if key_binary and key is not None:
-            key = bytes(key)
+        if key is not None:
+            # Keys are hashed as bytes (murmur2); a string key is its UTF-8 encoding.
+            key = bytes(key) if key_binary else key.encode()
         if headers is not None:
             headers = [(hk, None if hv is None else bytes(hv)) for hk, hv in headers]
-        produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+        produce(topic, value, key, headers)
         produced += 1
         if produced % _POLL_EVERY_ROWS == 0:
             poll(0)
     return produced
 
 
-def _await_outcomes(producer: Producer, tally: Tally, produced: int, timeout_s: float) -> None:
+def _await_outcomes(producer: Producer, produced: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while tally.done < produced:
+    while True:
         left = deadline - time.monotonic()
+        pending = producer.flush(max(0.0, min(left, 1.0)))
+        if pending == 0:
+            return
         if left <= 0:
             raise RowsFailedError(
-                f"{produced - tally.done} of {produced} rows had no final outcome after "
+                f"{pending} of {produced} rows had no final outcome after "
                 f"flush_timeout_s={timeout_s:g}; the task fails so that Spark retries it. "
                 "Raise flush_timeout_s if the cluster needs longer to recover."
             )
-        producer.flush(min(left, 1.0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import confluent_kafka
@@ -22,10 +23,10 @@ from failover_partitioner._config import (
     choice_options,
     client_settings,
 )
-from failover_partitioner._message import DeliveryReport
+from failover_partitioner._message import DeliveryReport, UndeliveredMessage
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.metadata._refresher import min_isr_option
-from failover_partitioner.producer import FailoverProducer, ProducerStatistics
+from failover_partitioner.producer import DeadLetterHook, FailoverProducer, ProducerStatistics
 from failover_partitioner.quarantine import QuarantinePolicy
 
 # Each Python worker would start its own exporter on the same port: the second one fails.
@@ -57,12 +58,48 @@ class Producer(Protocol):
     def statistics(self) -> ProducerStatistics: ...
 
 
-def build_producer(config: Mapping[str, Any], options: Mapping[str, Any]) -> FailoverProducer:
+class FailureLog:
+    """The first final error of the current task, for its error message.
+
+    Installed as the producer's ``dead_letter`` hook (rows are produced without a delivery
+    callback); the user's own hook, if any, is still called for every failed row.
+    """
+
+    __slots__ = ("first_error", "user_hook")
+
+    def __init__(self, user_hook: DeadLetterHook | None) -> None:
+        self.user_hook = user_hook
+        self.first_error: str | None = None
+
+    def reset(self) -> None:
+        self.first_error = None
+
+    def __call__(self, message: UndeliveredMessage, err: Any) -> None:
+        if self.first_error is None:
+            self.first_error = str(err)
+        if self.user_hook is not None:
+            self.user_hook(message, err)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorProducer:
+    """What a Python worker caches per configuration: the producer and its failure log."""
+
+    producer: FailoverProducer
+    failures: FailureLog
+
+    def close(self) -> list[UndeliveredMessage]:
+        return self.producer.close()
+
+
+def open_producer(config: Mapping[str, Any], options: Mapping[str, Any]) -> ExecutorProducer:
     """The executor's producer (the settings were checked on the driver)."""
+    failures = FailureLog(options.get("dead_letter"))
     with warnings.catch_warnings():
         # Already shown once on the driver; not again for every worker.
         warnings.simplefilter("ignore", FailoverConfigWarning)
-        return FailoverProducer(config, **options)
+        producer = FailoverProducer(config, **{**options, "dead_letter": failures})
+    return ExecutorProducer(producer=producer, failures=failures)
 
 
 def validate(config: Mapping[str, Any], options: Mapping[str, Any]) -> None:
