@@ -2,8 +2,9 @@
 
 Keyless messages
     ``round_robin`` (default, the seed's choice) cycles over the usable partitions.
-    ``sticky`` stays on one partition for ``sticky_messages`` messages or ``sticky_bytes``
-    bytes, then moves to the next, as KIP-480 does for larger batches.
+    ``sticky`` stays on one partition for ``sticky_messages`` messages (or, when
+    ``sticky_bytes`` is set, until that many value bytes went there), then moves to the next,
+    as KIP-480 does for larger batches.
     ``headroom=True`` avoids AT_RISK partitions while at least half the topic is HEALTHY.
     ``client_rack`` prefers partitions whose leader is in that rack (KIP-1123's idea).
 
@@ -57,7 +58,7 @@ class ChoiceOptions:
     headroom: bool = False
     client_rack: str | None = None
     sticky_messages: int = 1000
-    sticky_bytes: int = 1_000_000
+    sticky_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in _STRATEGIES:
@@ -78,8 +79,15 @@ class ChoiceOptions:
             )
         for name in ("sticky_messages", "sticky_bytes"):
             value = getattr(self, name)
+            if value is None and name == "sticky_bytes":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+    @property
+    def counts_bytes(self) -> bool:
+        """True when a keyless choice needs the message's size (sticky with a byte budget)."""
+        return self.strategy == "sticky" and self.sticky_bytes is not None
 
 
 def _score(seed: int, partition: int) -> int:
@@ -131,16 +139,47 @@ class _Plan:
         if candidates:
             # Start at a random place so frequent view swaps do not favour low partition ids.
             k = rng.randrange(len(candidates))
-            self.cycle: Iterator[int] = itertools.cycle(candidates[k:] + candidates[:k])
+            order = candidates[k:] + candidates[:k]
+            if options.strategy == "sticky" and options.sticky_bytes is None:
+                # Sticky by count is round robin over each partition repeated: one next() too.
+                order = tuple(p for p in order for _ in range(options.sticky_messages))
+            self.cycle: Iterator[int] = itertools.cycle(order)
         else:
             self.cycle = itertools.repeat(NO_PARTITION)
+
+
+def _keyed_for(
+    plan: _Plan,
+    home: Callable[[bytes, int], int],
+    seed: Callable[[bytes], int],
+    strict: bool,
+) -> Callable[[bytes], int]:
+    """The keyed choice for ``plan``, as a closure: locals are cheaper than attribute reads."""
+    n = plan.num_partitions
+    mask = plan.usable_mask
+    usable = plan.usable
+    if n == 0:
+        return lambda key: NO_PARTITION
+
+    def keyed(key: bytes) -> int:
+        p = home(key, n)
+        if mask[p]:
+            return p
+        if strict:
+            return NO_PARTITION
+        return rendezvous(seed(key), usable)
+
+    return keyed
 
 
 class PartitionChooser:
     """Chooses partitions for one topic from its current :class:`TopicView`.
 
-    Not locked: a producer calls it from the thread that produces; :meth:`update` may run on
-    another thread because it replaces the plan in a single assignment.
+    ``next_keyless()`` and ``keyed(key)`` are the hot-path calls; they are rebuilt with each
+    view (a keyless round-robin choice is the ``__next__`` of an ``itertools.cycle``, with no
+    Python frame at all). Not locked: a producer calls it from the threads that produce;
+    :meth:`update` may run on another thread because it replaces each callable in a single
+    assignment.
     """
 
     __slots__ = (
@@ -154,7 +193,9 @@ class PartitionChooser:
         "_sticky_left_msgs",
         "_strict",
         "_view",
+        "keyed",
         "keyless",
+        "next_keyless",
     )
 
     def __init__(
@@ -174,13 +215,17 @@ class PartitionChooser:
         self._sticky_current = NO_PARTITION
         self._sticky_left_msgs = 0
         self._sticky_left_bytes = 0
-        self._view = view
-        self._plan = _Plan(view, self._options, self._rng)
         self.keyless: Callable[[int], int]
-        if self._options.strategy == "sticky":
+        """``keyless(nbytes)``: the partition for a keyless message of ``nbytes`` bytes."""
+        self.next_keyless: Callable[[], int]
+        """``next_keyless()``: the same when the size does not matter (see ``counts_bytes``)."""
+        self.keyed: Callable[[bytes], int]
+        """``keyed(key)``: the key's home partition while usable, else per the key policy."""
+        if self._options.counts_bytes:
             self.keyless = self._sticky
         else:
             self.keyless = self._round_robin
+        self.update(view)
 
     @property
     def view(self) -> TopicView:
@@ -192,8 +237,14 @@ class PartitionChooser:
 
     def update(self, view: TopicView) -> None:
         """Use ``view`` from now on."""
+        plan = _Plan(view, self._options, self._rng)
         self._view = view
-        self._plan = _Plan(view, self._options, self._rng)
+        self._plan = plan
+        self.keyed = _keyed_for(plan, self._home, self._seed, self._strict)
+        if self._options.counts_bytes:
+            self.next_keyless = self._sticky
+        else:
+            self.next_keyless = plan.cycle.__next__
 
     def replace_view(self, view: TopicView) -> None:
         """Swap in ``view`` when it differs from the current one only in its fetch time."""
@@ -215,25 +266,12 @@ class PartitionChooser:
             current = next(plan.cycle)
             self._sticky_current = current
             self._sticky_left_msgs = self._options.sticky_messages - 1
-            self._sticky_left_bytes = self._options.sticky_bytes - nbytes
+            self._sticky_left_bytes = (self._options.sticky_bytes or 0) - nbytes
         return current
 
     def home(self, key: bytes) -> int:
         """The partition Kafka's default partitioner gives ``key`` (over all partitions)."""
         return self._home(key, self._plan.num_partitions)
-
-    def keyed(self, key: bytes) -> int:
-        """The partition for ``key``: its home while usable, else per the key policy."""
-        plan = self._plan
-        n = plan.num_partitions
-        if n == 0:
-            return NO_PARTITION
-        p = self._home(key, n)
-        if plan.usable_mask[p]:
-            return p
-        if self._strict:
-            return NO_PARTITION
-        return rendezvous(self._seed(key), plan.usable)
 
     def choose(self, key: bytes | None, nbytes: int = 0) -> int:
         """The partition for a message (keyed or not), or :data:`NO_PARTITION` to wait."""

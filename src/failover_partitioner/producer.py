@@ -235,7 +235,7 @@ class FailoverProducer:
         headroom: bool = False,
         client_rack: str | None = None,
         sticky_messages: int = 1000,
-        sticky_bytes: int = 1_000_000,
+        sticky_bytes: int | None = None,
         max_in_flight: int = 50_000,
         produce_timeout_s: float = 5.0,
         delivery_timeout_s: float | None = None,
@@ -322,7 +322,7 @@ class FailoverProducer:
         self._id_prefix = os.urandom(8).hex().encode()
         self._ids = itertools.count()
         self._dead_letter = dead_letter
-        self._count_bytes = options.strategy == "sticky"
+        self._count_bytes = options.counts_bytes
         self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
         self._limit = limit
 
@@ -365,6 +365,8 @@ class FailoverProducer:
         # A message needs a record when someone must hear of it: a callback (its own or the
         # default), or headers to keep for a retry (delivery reports do not carry them).
         self._plain = self._default_cb is None and message_id_header is None
+        # A record can be made inline in produce() (no headers to build, no wrapper needed).
+        self._simple = message_id_header is None and not self._only_errors
         self._topics: dict[str, _TopicState] = {}
         self._choosers: dict[str, PartitionChooser] = {}
         self._topics_lock = threading.Lock()
@@ -428,23 +430,42 @@ class FailoverProducer:
         if key is not None and type(key) is not bytes:
             _key_bytes(key)  # a bad key type raises here, before the message is accepted
         chooser = self._choosers.get(topic)
-        if self._plain and chooser is not None and on_delivery is None and headers is None:
+        if chooser is not None and headers is None and self._simple:
             if key is None:
-                p = chooser.keyless(len(value) if self._count_bytes and value else 0)
+                if self._count_bytes:
+                    p = chooser.keyless(len(value) if value else 0)
+                else:
+                    p = chooser.next_keyless()
             else:
                 p = chooser.keyed(key)  # type: ignore[arg-type]  # bytes, checked above
             if p >= 0:
+                if on_delivery is None and self._plain:
+                    # No callback, no headers: no record either (see _report).
+                    self._n_in = next(self._c_in)
+                    try:
+                        self._produce_raw(
+                            topic, value, key, p, self._report_cb, None, timestamp or 0
+                        )
+                    except BufferError:
+                        # librdkafka's queue is full: the record path waits it out.
+                        self._produce_with_record(
+                            topic, value, key, headers, on_delivery, timestamp, counted=True
+                        )
+                    except BaseException:
+                        self._uncount()  # not accepted
+                        raise
+                    return
+                rec = self._record_cls()
+                rec._cb = self._default_cb if on_delivery is None else on_delivery
+                rec._entry = None
+                rec._m = (topic, value, key, None, timestamp)
+                rec._partition = p
+                rec._attempts = 1
                 self._n_in = next(self._c_in)
                 try:
-                    self._produce_raw(topic, value, key, p, self._report_cb, None, timestamp or 0)
-                except BufferError:
-                    # librdkafka's queue is full: the record path waits it out.
-                    self._produce_with_record(
-                        topic, value, key, headers, on_delivery, timestamp, counted=True
-                    )
-                except BaseException:
-                    self._uncount()  # not accepted
-                    raise
+                    self._produce_raw(topic, value, key, p, rec, None, timestamp or 0)
+                except BaseException as exc:
+                    self._produce_raised(rec, exc, first=True)
                 return
         self._produce_with_record(topic, value, key, headers, on_delivery, timestamp)
 

@@ -293,3 +293,27 @@ def test_close_hands_back_what_could_not_be_delivered(mock: MockCluster) -> None
     assert p.close() == left  # idempotent
     with pytest.raises(Exception, match="after close"):
         p.produce(TOPIC, b"late")
+
+
+def test_metrics_are_served_over_http(mock: MockCluster) -> None:
+    import urllib.request
+
+    p = producer(
+        mock, conf={"client.id": "metrics-check"}, metrics_port=0, metrics_addr="127.0.0.1"
+    )
+    try:
+        for i in range(100):
+            p.produce(TOPIC, b"m%d" % i)
+        assert p.flush(10) == 0
+        port = p.metrics_port
+        assert port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        assert 'failover_delivered_total{producer="metrics-check"} 100.0' in text
+        assert (
+            f'failover_partitions{{producer="metrics-check",state="HEALTHY",topic="{TOPIC}"}}'
+            in text
+        )
+        assert 'failover_metadata_age_seconds{producer="metrics-check",topic="orders"}' in text
+    finally:
+        p.close()
