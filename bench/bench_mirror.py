@@ -123,6 +123,8 @@ def _mirror(
     count: int,
     group: str,
     producer_options: dict[str, Any],
+    *,
+    provenance: bool = True,
 ) -> float:
     clocks: list[_FirstMessageClock] = []
     finished: list[float] = []
@@ -141,6 +143,7 @@ def _mirror(
         group_id=group,
         status_interval_s=0.02,
         max_in_flight=WINDOW,
+        provenance_headers=provenance,
     )
     mirror = Mirror(options, consumer_factory=consumer, producer_factory=producer)
 
@@ -174,19 +177,21 @@ def _minibroker_pair() -> Iterator[tuple[str, str, dict[str, Any]]]:
         yield src.bootstrap_servers, dst.bootstrap_servers, {}
 
 
-def _compare(pair: Callable[[], Any], count: int, rounds: int) -> tuple[list[float], list[float]]:
-    mirror_rates: list[float] = []
-    bare_rates: list[float] = []
+def _compare(pair: Callable[[], Any], count: int, rounds: int) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {"bare": [], "mirror": [], "mirror-no-headers": []}
     with pair() as (source, target, producer_options):
         _fill(source, count)
         for r in range(rounds):
             # Alternate the order so neither side always runs on a warmer cluster.
             if r % 2 == 0:
-                bare_rates.append(_bare_loop(source, target, count, f"bare-{r}"))
-            mirror_rates.append(_mirror(source, target, count, f"mirror-{r}", producer_options))
+                rates["bare"].append(_bare_loop(source, target, count, f"bare-{r}"))
+            rates["mirror"].append(_mirror(source, target, count, f"m-{r}", producer_options))
+            rates["mirror-no-headers"].append(
+                _mirror(source, target, count, f"n-{r}", producer_options, provenance=False)
+            )
             if r % 2 == 1:
-                bare_rates.append(_bare_loop(source, target, count, f"bare-{r}"))
-    return mirror_rates, bare_rates
+                rates["bare"].append(_bare_loop(source, target, count, f"bare-{r}"))
+    return rates
 
 
 def run(quick: bool) -> list[Figure]:
@@ -195,21 +200,25 @@ def run(quick: bool) -> list[Figure]:
         ("librdkafka mock", _mock_pair, 50_000 if quick else 200_000),
         ("minibroker", _minibroker_pair, 30_000 if quick else 100_000),
     ):
-        rounds = 1 if quick else 3
-        mirror_rates, bare_rates = _compare(pair, count, rounds)
-        figures.append(
-            Figure(
-                issue=ISSUE,
-                name=f"mirror msg/s vs bare consume-produce loop ({name})",
-                value=statistics.median(mirror_rates),
-                reference=statistics.median(bare_rates),
-                unit="msg/s",
-                target=0.8,
-                note=f"{count} x 100 B, {PARTITIONS} partitions, window {WINDOW}; "
-                f"mirror {[round(r) for r in mirror_rates]}, "
-                f"bare {[round(r) for r in bare_rates]}",
+        rates = _compare(pair, count, 1 if quick else 3)
+        bare = statistics.median(rates["bare"])
+        for variant, label in (
+            ("mirror", "mirror"),
+            ("mirror-no-headers", "mirror --no-provenance-headers"),
+        ):
+            figures.append(
+                Figure(
+                    issue=ISSUE,
+                    name=f"{label} msg/s vs bare loop ({name})",
+                    value=statistics.median(rates[variant]),
+                    reference=bare,
+                    unit="msg/s",
+                    target=0.8,
+                    note=f"{count} x 100 B, {PARTITIONS} partitions, window {WINDOW}; "
+                    f"{variant} {[round(r) for r in rates[variant]]}, "
+                    f"bare {[round(r) for r in rates['bare']]}",
+                )
             )
-        )
     return figures
 
 
