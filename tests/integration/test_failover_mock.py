@@ -317,3 +317,26 @@ def test_metrics_are_served_over_http(mock: MockCluster) -> None:
         assert 'failover_metadata_age_seconds{producer="metrics-check",topic="orders"}' in text
     finally:
         p.close()
+
+
+def test_ctrl_c_during_flush_loses_nothing(mock: MockCluster) -> None:
+    import _thread
+    import threading
+
+    p = producer(mock)
+    p.health(TOPIC)
+    for b in range(1, 4):
+        mock.broker_down(b)
+    for i in range(10):
+        p.produce(TOPIC, b"m%d" % i)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            p.flush(10)
+    finally:
+        timer.cancel()
+    left = p.close(timeout=0.2)
+    assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
+        b"m%d" % i for i in range(10)
+    )
