@@ -105,6 +105,7 @@ class FakeConsumer:
         self.callbacks: dict[str, Any] = {}
         self.closed = False
         self.consumed: list[tuple[str, int, int]] = []
+        self.unknown_watermarks: set[TP] = set()
 
     def subscribe(
         self,
@@ -199,7 +200,10 @@ class FakeConsumer:
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1, cached: bool = False
     ) -> tuple[int, int]:
-        return 0, self.source.end((partition.topic, partition.partition))
+        tp = (partition.topic, partition.partition)
+        if tp in self.unknown_watermarks:
+            return -1001, -1001  # nothing fetched from it yet
+        return 0, self.source.end(tp)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> _Metadata:
         return _Metadata({t for t, _ in self.source.logs} | {"__consumer_offsets"})
@@ -714,3 +718,25 @@ def test_a_mirror_runs_once() -> None:
     run_until(mirror, all_delivered(1))
     with pytest.raises(Exception, match="runs once"):
         mirror.run()
+
+
+def test_lag_is_unknown_while_any_partition_is() -> None:
+    source = FakeSource()
+    source.add_topic("t", 2, 10)
+    rig = Rig(source)
+    mirror = rig.mirror()
+    seen: list[MirrorStatus] = []
+
+    def on_status(status: MirrorStatus) -> None:
+        consumer = rig.consumers[0]
+        if status.partitions and consumer.unknown_watermarks == {("t", 1)}:
+            seen.append(status)  # computed while t[1] had no watermark
+        consumer.unknown_watermarks = {("t", 1)} if len(seen) < 2 else set()
+        if (len(seen) >= 2 and status.lag == 0) or status.elapsed_s > 600:
+            seen.append(status)
+            mirror.stop()
+
+    mirror.run(on_status=on_status)
+    # A partial sum would have read 0 ("caught up") while t[1] was unknown.
+    assert [s.lag for s in seen[:2]] == [None, None]
+    assert seen[-1].lag == 0

@@ -153,16 +153,16 @@ def _options(args: argparse.Namespace) -> MirrorOptions:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
         options = _options(args)
     except MirrorConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
 
     registry = None
     if args.metrics_port is not None:

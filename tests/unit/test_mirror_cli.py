@@ -1,0 +1,99 @@
+"""The ``failover-mirror`` command line: bad flags and settings fail before any connection."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import failover_partitioner.mirror as mirror_pkg
+from failover_partitioner.errors import FailoverError
+from failover_partitioner.mirror import MirrorConfigError, MirrorError
+from failover_partitioner.mirror.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_console_script_points_at_main() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'failover-mirror = "failover_partitioner.mirror.cli:main"' in pyproject
+
+
+def test_documented_names_exist() -> None:
+    for name in mirror_pkg.__all__:
+        assert hasattr(mirror_pkg, name), name
+    assert issubclass(MirrorError, FailoverError)
+    assert issubclass(MirrorConfigError, MirrorError)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--target", "t:1", "--group", "g"], "no source cluster: pass --source"),
+        (["--source", "s:1", "--group", "g"], "no target cluster: pass --target"),
+        (["--source", "s:1", "--target", "t:1"], "no consumer group: pass --group"),
+        (
+            ["--source", "s:1", "--target", "t:1", "--group", "g", "--include", "("],
+            r"--include '\(' is not a valid regular expression",
+        ),
+        (
+            ["--source", "s:1", "--target", "t:1", "--group", "g", "--max-in-flight", "0"],
+            "--max-in-flight must be a positive integer",
+        ),
+        (
+            ["--source", "s:1", "--target", "t:1", "--group", "g", "--rename", "x.{name}"],
+            r"must contain \{topic\}",
+        ),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_value(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("failover-mirror: error: ")
+    assert re.search(message, err), err
+
+
+def test_properties_files_feed_the_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consumer = tmp_path / "consumer.properties"
+    consumer.write_text("bootstrap.servers=s:1\ngroup.id=g\nenable.auto.commit=true\n")
+    producer = tmp_path / "producer.properties"
+    producer.write_text("bootstrap.servers=t:1\n")
+    argv = ["--consumer.config", str(consumer), "--producer.config", str(producer)]
+    # The files supply cluster and group; the auto-commit setting is what is refused.
+    assert main(argv) == 2
+    assert "enable.auto.commit=true would commit offsets" in capsys.readouterr().err
+
+
+def test_missing_properties_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--consumer.config", str(tmp_path / "absent.properties"), "--target", "t:1"]
+    assert main(argv) == 2
+    assert "cannot read properties file" in capsys.readouterr().err
+
+
+def test_help_lists_the_mirrormaker_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--source",
+        "--target",
+        "--group",
+        "--consumer.config",
+        "--producer.config",
+        "--include",
+        "--exclude",
+        "--rename",
+        "--max-in-flight",
+        "--dead-letter-topic",
+        "--no-provenance-headers",
+        "--metrics-port",
+        "--status-interval",
+        "--json",
+    ):
+        assert flag in out
