@@ -97,3 +97,16 @@ def test_help_lists_the_mirrormaker_flags(capsys: pytest.CaptureFixture[str]) ->
         "--json",
     ):
         assert flag in out
+
+
+def test_a_setting_the_client_rejects_is_a_configuration_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consumer = tmp_path / "consumer.properties"
+    consumer.write_text("no.such.setting=1\n")
+    argv = ["--source", "127.0.0.1:9", "--target", "127.0.0.1:9", "--group", "g"]
+    argv += ["--rename", "c.{topic}", "--consumer.config", str(consumer)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "source consumer config" in err
+    assert "no.such.setting" in err

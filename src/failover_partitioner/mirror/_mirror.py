@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
@@ -41,11 +41,11 @@ from confluent_kafka import (
 from prometheus_client.registry import CollectorRegistry
 
 from failover_partitioner._message import DeliveryReport
-from failover_partitioner.errors import ProduceTimeout
+from failover_partitioner.errors import ConfigError, ProduceTimeout
 
 from ._commits import CommitLedger, PartitionTracker
 from ._config import MirrorOptions
-from ._errors import MessageFailedError, MirrorError
+from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
 
 __all__ = [
@@ -58,6 +58,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 HEADER_SOURCE_TOPIC = "mirror.source.topic"
 HEADER_SOURCE_PARTITION = "mirror.source.partition"
@@ -214,9 +216,9 @@ class Mirror:
             raise MirrorError("a Mirror runs once; create a new one to run again")
         self._started = True
         opts = self._options
-        self._consumer = self._consumer_factory(dict(opts.consumer_config))
+        self._consumer = _build("source consumer", self._consumer_factory, opts.consumer_config)
         try:
-            self._producer = self._producer_factory(dict(opts.producer_config))
+            self._producer = _build("target producer", self._producer_factory, opts.producer_config)
         except BaseException:
             self._consumer.close()
             raise
@@ -843,6 +845,19 @@ class Mirror:
             paused=self._paused,
             partitions=self._partition_statuses(),
         )
+
+
+def _build(what: str, factory: Callable[[dict[str, str]], _T], conf: Mapping[str, str]) -> _T:
+    """Build a client; a setting it rejects is a configuration error, named as such."""
+    try:
+        return factory(dict(conf))
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG:
+            raise MirrorConfigError(f"{what} config: {err.str()}") from exc
+        raise
+    except ConfigError as exc:
+        raise MirrorConfigError(f"{what} config: {exc}") from exc
 
 
 def _describe(err: KafkaError) -> str:

@@ -197,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         mirror.run(on_status=on_status)
+    except MirrorConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     except MessageFailedError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         return 1
