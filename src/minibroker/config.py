@@ -196,7 +196,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _defs(
     ConfigDef(
         name="group.initial.rebalance.delay.ms",
         type=ConfigType.INT,
-        default="0",  # minibroker: Kafka's is 3000
+        # minibroker: Kafka's is 3000. Not 0: a group leader that gets its JoinGroup answer
+        # before its first Metadata answer assigns nothing (kafka-python does).
+        default="100",
         parse=_int(0, _INT32_MAX),
         dynamic=False,
         doc="Wait this long for more members before the first rebalance of an empty group.",

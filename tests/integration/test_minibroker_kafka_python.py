@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -16,7 +18,22 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-pytestmark = pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
+    # kafka-python 3.0 leaks the socket of a connect still in progress when a client closes
+    pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _reap_kafka_python_sockets() -> Iterator[None]:
+    """kafka-python 3.0 drops a socket whose connect is still in progress when the client
+    closes (``kafka.net.inet.sock_connect`` never closes it); collect those here, quietly,
+    instead of letting the ResourceWarning surface in whatever test runs next."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +54,33 @@ def produce(cluster: Cluster, topic: str, count: int, **config: Any) -> None:
 
 
 def drain(consumers: list[Any], until: Callable[[list[Any]], bool]) -> list[Any]:
+    """Poll every consumer in its own thread until ``until(records so far)`` holds."""
     got: list[Any] = []
-    deadline = time.monotonic() + 30
-    while not until(got) and time.monotonic() < deadline:
-        for consumer in consumers:
-            for records in consumer.poll(timeout_ms=50).values():
-                got.extend(records)
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def poll(consumer: Any) -> None:
+        while not stop.is_set():
+            # Long polls: kafka-python 3.0 abandons a join whose SyncGroup answer has not
+            # arrived when poll's timeout ends, and rejoins (over and over on a busy machine).
+            for records in consumer.poll(timeout_ms=1000).values():
+                with lock:
+                    got.extend(records)
+
+    threads = [threading.Thread(target=poll, args=(c,)) for c in consumers]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 40
+    try:
+        while time.monotonic() < deadline:
+            with lock:
+                if until(list(got)):
+                    break
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
     return got
 
 
@@ -91,7 +129,8 @@ def test_group_rebalances_and_a_restarted_member_resumes(cluster: Cluster) -> No
 
     got = drain([first, second], split_evenly)
     assert split_evenly(got)
-    assert sorted(r.value for r in got) == sorted(f"m{i}".encode() for i in range(100))
+    # a rebalance may hand an uncommitted record to the other member too: compare as sets
+    assert {r.value for r in got} == {f"m{i}".encode() for i in range(100)}
     first.commit()
     second.commit()
     second.close()
