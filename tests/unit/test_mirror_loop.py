@@ -589,9 +589,14 @@ def test_commit_refused_during_a_rebalance_is_retried_later() -> None:
     source.refuse_commits = 2
     rig = Rig(source)
     registry = CollectorRegistry()
-    run_until(rig.mirror(registry=registry, commit_interval_s=0.01), all_delivered(50))
+    failures: list[float | None] = []
+
+    def done(status: MirrorStatus) -> bool:
+        failures.append(registry.get_sample_value("failover_mirror_commit_failures_total"))
+        return status.delivered >= 50 and failures[-1] == 2
+
+    run_until(rig.mirror(registry=registry, commit_interval_s=0.01), done)
     assert source.committed[("t", 0)] == 50
-    assert registry.get_sample_value("failover_mirror_commit_failures_total") == 2
 
 
 def test_stop_drains_in_flight_and_a_restart_mirrors_no_duplicate() -> None:
@@ -657,20 +662,25 @@ def test_metrics_and_status_line() -> None:
         registry=registry, producer_kw={"attempts": lambda m: 2 if m.value == b"t/1/4" else 1}
     )
 
+    get = registry.get_sample_value
+    scraped: dict[str, float | None] = {}
+
     def on_status(status: MirrorStatus) -> None:
         lines.append(format_status(status))
         lines.append(format_status(status, as_json=True))
-        if status.delivered >= 60:
+        # Metrics are published about once a second; stop once they show everything.
+        if get("failover_mirror_delivered_total", {"topic": "t"}) == 60 or status.elapsed_s > 600:
+            scraped["consumed"] = get("failover_mirror_consumed_total", {"topic": "t"})
+            scraped["in_flight"] = get("failover_mirror_in_flight")
+            scraped["rerouted"] = get("failover_mirror_rerouted_total", {"topic": "t"})
             mirror.stop()
 
     final = mirror.run(on_status=on_status)
     assert final.delivered == 60
-    get = registry.get_sample_value
-    assert get("failover_mirror_consumed_total", {"topic": "t"}) == 60
-    assert get("failover_mirror_delivered_total", {"topic": "t"}) == 60
-    assert get("failover_mirror_in_flight") == 0
-    assert get("failover_mirror_rerouted_total", {"topic": "t"}) == 1
+    assert scraped == {"consumed": 60.0, "in_flight": 0.0, "rerouted": 1.0}
     assert final.rerouted == 1
+    # A finished mirror leaves the registry.
+    assert get("failover_mirror_delivered_total", {"topic": "t"}) is None
     assert "rate " in lines[0]
     assert "in flight" in lines[0]
     assert "lag" in lines[0]
@@ -740,3 +750,21 @@ def test_lag_is_unknown_while_any_partition_is() -> None:
     # A partial sum would have read 0 ("caught up") while t[1] was unknown.
     assert [s.lag for s in seen[:2]] == [None, None]
     assert seen[-1].lag == 0
+
+
+def test_a_restart_in_the_same_process_reuses_the_metrics_registry() -> None:
+    source = FakeSource()
+    source.add_topic("t", 1, 20)
+    registry = CollectorRegistry()
+    rig = Rig(source)
+    run_until(rig.mirror(registry=registry), all_delivered(20))
+    source.add_topic("t", 1, 10)  # ten more messages on t[0]
+    seen: list[float | None] = []
+    second = rig.mirror(registry=registry)
+
+    def done(status: MirrorStatus) -> bool:
+        seen.append(registry.get_sample_value("failover_mirror_delivered_total", {"topic": "t"}))
+        return seen[-1] == 10
+
+    run_until(second, done)
+    assert source.committed[("t", 0)] == 30

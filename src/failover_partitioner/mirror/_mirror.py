@@ -795,7 +795,10 @@ class Mirror:
                             len(undelivered),
                         )
         self._state = "failed" if failed or self._fatal is not None else "stopped"
-        self._publish()
+        if self._registry is not None:
+            # A finished mirror leaves the registry, so the next one (a restart in the same
+            # process) can register the same metric names.
+            self._registry.unregister(self._collector)
 
     # -- reporting -----------------------------------------------------------------------
 
