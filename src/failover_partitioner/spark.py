@@ -149,10 +149,14 @@ def _write(
         flush_timeout_s=flush_timeout_s,
         raise_on_failed_rows=raise_on_failed_rows,
     )
-    context = df.sparkSession.sparkContext
+    try:
+        context = df.sparkSession.sparkContext
+    except Exception as exc:  # Spark Connect: no SparkContext, no RDDs, no accumulators
+        raise ConfigError(
+            "write_to_kafka needs classic PySpark (a SparkContext, DataFrame.rdd and "
+            f"accumulators); this session cannot provide them: {exc}"
+        ) from exc
     counts = context.accumulator(WriteSummary(), SummaryParam())
     rows = df.selectExpr(*layout.select_expressions()).rdd
     rows.foreachPartition(functools.partial(write_partition, spec=spec, counts=counts))
-    summary = counts.value
-    assert isinstance(summary, WriteSummary)
-    return summary
+    return counts.value

@@ -15,7 +15,7 @@ from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
 from failover_partitioner.errors import ConfigError
-from failover_partitioner.spark import ColumnError, WriteSummary, write_to_kafka
+from failover_partitioner.spark import ColumnError, KafkaBatchWriter, WriteSummary, write_to_kafka
 from minibroker import Cluster
 from tests.spark.spark_support import read_topic
 
@@ -165,6 +165,33 @@ def test_bad_settings_fail_on_the_driver(
     df = spark.createDataFrame([("v",)], "value string")
     with pytest.raises(ConfigError, match=message):
         write_to_kafka(df, "t", config, **options)
+
+
+def test_a_streaming_dataframe_is_refused_with_the_way_to_write_it(spark: SparkSession) -> None:
+    stream = spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value")
+    with pytest.raises(ConfigError, match=r"foreachBatch\(KafkaBatchWriter"):
+        write_to_kafka(stream, "t", {"bootstrap.servers": "127.0.0.1:1"})
+
+
+def test_the_batch_writer_checks_its_settings_when_built() -> None:
+    with pytest.raises(ConfigError, match="max_in_flight"):
+        KafkaBatchWriter("t", {"bootstrap.servers": "127.0.0.1:1"}, max_in_flight=0)
+    with pytest.raises(ConfigError, match="producer_config is required"):
+        KafkaBatchWriter("t")
+
+
+def test_the_documented_names_are_exported() -> None:
+    import failover_partitioner.spark as module
+
+    assert sorted(module.__all__) == [
+        "ColumnError",
+        "KafkaBatchWriter",
+        "RowError",
+        "RowsFailedError",
+        "WriteSummary",
+        "write_to_kafka",
+    ]
+    assert all(hasattr(module, name) for name in module.__all__)
 
 
 def test_summary_is_small_frozen_and_picklable() -> None:

@@ -16,7 +16,8 @@ class WriteSummary:
 
     - ``rows``: rows read from the DataFrame (``delivered + failed``);
     - ``delivered``: rows acknowledged by Kafka (``acks`` as configured);
-    - ``rerouted``: rows produced again to another partition after a failure there;
+    - ``rerouted``: times a failed row was produced again to another partition (a row moved
+      twice counts twice);
     - ``possible_duplicates``: rows that may also sit in a partition where an attempt failed
       ambiguously (e.g. NOT_ENOUGH_REPLICAS_AFTER_APPEND, a timeout);
     - ``failed``: rows that finally failed; non-zero only with ``raise_on_failed_rows=False``,
