@@ -30,10 +30,39 @@ from failover_partitioner.producer import DeadLetterHook, FailoverProducer, Prod
 from failover_partitioner.quarantine import QuarantinePolicy
 
 # Each Python worker would start its own exporter on the same port: the second one fails.
-_UNSUPPORTED_OPTIONS = {
+UNSUPPORTED_OPTIONS = {
     "metrics_port": "every Python worker of an executor would bind the same port",
     "metrics_addr": "the Spark writer does not start metrics exporters",
 }
+
+
+# The options validate() checks value by value, as FailoverProducer.__init__ does (a test holds
+# this set to the producer's signature, so a new option cannot slip past the driver).
+CHECKED_OPTIONS = frozenset(
+    {
+        "min_insync_replicas",
+        "strategy",
+        "key_policy",
+        "headroom",
+        "client_rack",
+        "sticky_messages",
+        "sticky_bytes",
+        "max_in_flight",
+        "produce_timeout_s",
+        "delivery_timeout_s",
+        "max_attempts",
+        "retry_backoff_s",
+        "retry_backoff_max_s",
+        "metadata_refresh_s",
+        "metadata_fast_refresh_s",
+        "min_isr_refresh_s",
+        "metadata_timeout_s",
+        "quarantine_backoff_s",
+        "quarantine_max_s",
+        "message_id_header",
+        "dead_letter",
+    }
+)
 
 
 class Producer(Protocol):
@@ -158,7 +187,7 @@ def validate(config: Mapping[str, Any], options: Mapping[str, Any]) -> None:
 
 
 def _bind(config: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
-    for name, why in _UNSUPPORTED_OPTIONS.items():
+    for name, why in UNSUPPORTED_OPTIONS.items():
         if name in options:
             raise ConfigError(
                 f"failover option {name!r} is not supported by the Spark writer: {why}."
