@@ -237,4 +237,4 @@ class LedgerMachine(RuleBasedStateMachine):
 
 
 TestLedgerMachine = LedgerMachine.TestCase
-TestLedgerMachine.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+TestLedgerMachine.settings = settings(max_examples=50, stateful_step_count=40, deadline=None)
