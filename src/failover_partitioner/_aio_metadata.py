@@ -16,7 +16,6 @@ answer, with its age, when the cluster cannot be reached.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -25,6 +24,7 @@ from typing import Any, Protocol
 
 from tenacity import AsyncRetrying, stop_after_attempt, stop_after_delay, wait_exponential
 
+from failover_partitioner._aio_wake import Wakeup
 from failover_partitioner.errors import ConfigError, MetadataUnavailable
 from failover_partitioner.health import PartitionMetadata, TopicMetadata
 from failover_partitioner.metadata import MinIsr, PartitionsAnswer, RefreshSchedule
@@ -217,14 +217,16 @@ class AioMetadataRefresher:
         self._metadata: dict[str, TopicMetadata] = {}
         self._min_isr: dict[str, MinIsr] = {}
         self._warned_default: set[str] = set()
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
+        self._closed = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -264,7 +266,7 @@ class AioMetadataRefresher:
 
     async def _run(self) -> None:
         schedule = self._schedule
-        while True:
+        while not self._closed:
             for topic in schedule.due(self._clock()):
                 await self._fetch(
                     topic, deadline=self._clock() + self._timeout_s, min_isr_budget_s=None
@@ -272,8 +274,7 @@ class AioMetadataRefresher:
             next_at = schedule.next_due_at()
             wait = 1.0 if next_at is None else max(0.0, min(1.0, next_at - self._clock()))
             if wait > 0:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                await self._wake.wait(wait)
                 self._wake.clear()
 
     async def _fetch(

@@ -22,7 +22,6 @@ Theory of operation (DESIGN.md sections 1, 3 and 4; the asyncio twin of ``Failov
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import functools
 import itertools
@@ -55,6 +54,7 @@ from failover_partitioner._aio_metadata import (
     check_min_isr_option,
 )
 from failover_partitioner._aio_settings import aio_client_settings
+from failover_partitioner._aio_wake import Wakeup
 from failover_partitioner._config import (
     FailoverConfigWarning,
     check_count,
@@ -386,14 +386,15 @@ class AsyncFailoverProducer:
         self._first_fetch: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._retry_task: asyncio.Task[None] | None = None
-        self._retry_wake = asyncio.Event()
+        self._retry_wake = Wakeup()
         self._handed_over: set[_Batch] = set()
-        self._answered = asyncio.Event()
+        self._answered = Wakeup()
         self._backlog = False
         self._undelivered: list[UndeliveredMessage] | None = None
         self._stopping: asyncio.Task[list[UndeliveredMessage]] | None = None
         self._rerouted = 0
         self._quarantines = 0
+        self._ambiguous = 0  # failed attempts that may have been written: the most extra copies
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -468,7 +469,8 @@ class AsyncFailoverProducer:
         if self._state != _RUNNING:
             raise self._not_running(topic)
         if self._backlog:
-            # Full batches wait for their partition's task: let it (and the I/O) run.
+            # The caller outruns a partition (closed batches pile up behind its task): give
+            # the tasks and the I/O a turn, as aiokafka's send does when a batch is full.
             await asyncio.sleep(0)
         msg = self._message(topic, value, key, headers, timestamp_ms)
         if topic not in self._topics:
@@ -615,7 +617,8 @@ class AsyncFailoverProducer:
         )
         if md is None:  # full: close it and start another (a first record always fits)
             lane.ready.append(batch)
-            self._backlog = True
+            if len(lane.ready) > 1:
+                self._backlog = True
             batch = lane.open = _Batch(lane, self._inner.create_batch())
             md = batch.builder.append(
                 timestamp=msg.timestamp, key=msg.key, value=msg.value, headers=msg.headers
@@ -641,7 +644,8 @@ class AsyncFailoverProducer:
                 batch = lane.take()
                 if batch is None:
                     return
-                self._backlog = False
+                if len(lane.ready) < 2:
+                    self._backlog = False
                 for m in batch.messages:
                     m.sent = True
                 try:
@@ -732,6 +736,7 @@ class AsyncFailoverProducer:
                 continue
             if ec.possibly_persisted:
                 m.dup = True
+                self._ambiguous += 1
             queued |= failed(
                 m.entry, exc, retriable=ec.retriable, possibly_persisted=ec.possibly_persisted
             )
@@ -780,11 +785,18 @@ class AsyncFailoverProducer:
         topic = md.topic
         state = self._topics.get(topic)
         if state is None:
-            self._topics[topic] = _TopicState(md, self._qpolicy, self._options)
+            state = self._topics[topic] = _TopicState(md, self._qpolicy, self._options)
+            self._watch_closely(topic, state)
             self._retry_wake.set()
             return
         old = state.metadata
         state.metadata = md
+        if self._inner is not None and [p.leader for p in old.partitions] != [
+            p.leader for p in md.partitions
+        ]:
+            # Leaders moved: have the inner client route by the new ones before it is told
+            # so by a failed request.
+            self._inner.client.force_metadata_update()
         if len(md.partitions) < len(old.partitions):
             state.quarantine.forget(range(len(md.partitions), len(old.partitions)))
         released = state.quarantine.release_due(time.monotonic(), state.usable_by_metadata)
@@ -792,8 +804,14 @@ class AsyncFailoverProducer:
             logger.info("partitions %s of %s released from quarantine", released, topic)
         state.rebuild()
         if self._meta is not None:
-            self._meta.set_fast(topic, len(state.quarantine) > 0)
+            self._watch_closely(topic, state)
         self._retry_wake.set()
+
+    def _watch_closely(self, topic: str, state: _TopicState) -> None:
+        # Fast refresh while any partition is out of use, quarantined or degraded: its
+        # recovery is what lets waiting messages (and moved keys) go back.
+        if self._meta is not None:
+            self._meta.set_fast(topic, bool(state.chooser.view.unavailable))
 
     async def _first_metadata(self, topic: str) -> None:
         """The first send to a topic waits (bounded) for its metadata, once."""
@@ -805,8 +823,7 @@ class AsyncFailoverProducer:
             self._first_fetch[topic] = task
         if not task.done():
             # On timeout the message waits in the failed buffer until metadata comes.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), max(self._produce_timeout_s, 0.5))
+            await asyncio.wait((task,), timeout=max(self._produce_timeout_s, 0.5))
 
     async def _fetch_first(self, topic: str, timeout_s: float) -> None:
         assert self._meta is not None
@@ -819,13 +836,11 @@ class AsyncFailoverProducer:
 
     async def _retry_loop(self) -> None:
         wake = self._retry_wake
-        while True:
+        while self._state != _CLOSED and not self._buffer.closed:
             wake.clear()
             delay = self._service()
-            if wake.is_set():
-                continue
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay)
+            if not wake.is_set():
+                await wake.wait(delay)
 
     def _service(self) -> float:
         """Release due quarantines and send due failed messages again; seconds to the next."""
@@ -841,8 +856,7 @@ class AsyncFailoverProducer:
                 logger.info("partitions %s of %s released from quarantine", released, topic)
             until = q.next_release_at()
             if until is None:
-                if self._meta is not None:
-                    self._meta.set_fast(topic, False)
+                self._watch_closely(topic, state)
             elif until > now:
                 # A back-off that has ended waits for metadata showing the partition usable;
                 # the metadata update releases it.
@@ -919,8 +933,7 @@ class AsyncFailoverProducer:
         if self._handed_over:
             # Their futures are resolved; the done-callbacks run on the next loop turns.
             self._answered.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._answered.wait(), 1.0)
+            await self._answered.wait(1.0)
         left = self._buffer.close()
         undelivered = []
         for entry in left:
@@ -996,6 +1009,7 @@ class AsyncFailoverProducer:
             "retries": s.retries,
             "rerouted": self._rerouted,
             "possible_duplicates": s.possibly_duplicated,
+            "ambiguous_failures": self._ambiguous,
             "quarantines": self._quarantines,
             "max_in_flight": s.limit,
         }

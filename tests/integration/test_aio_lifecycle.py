@@ -1,0 +1,287 @@
+"""AsyncFailoverProducer's contract on minibroker: outcomes, final errors, limits, stop, cancel.
+
+Nothing is dropped silently: every accepted message ends delivered, with a final error on its
+future, or in the list ``stop()`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from aiokafka import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+    AIOKafkaConsumer,
+    TopicPartition,
+)
+from aiokafka import errors as ak  # type: ignore[import-untyped,unused-ignore]
+from prometheus_client import CollectorRegistry
+
+from failover_partitioner import (
+    FailoverError,
+    ProducerClosed,
+    ProduceTimeout,
+    UndeliveredMessage,
+)
+from failover_partitioner.aio import AsyncFailoverProducer
+from minibroker import Cluster
+
+
+@pytest.fixture(scope="module")
+def healthy() -> Iterator[Cluster]:
+    config = {"min.insync.replicas": "2", "auto.create.topics.enable": "false"}
+    with Cluster(brokers=3, config=config) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def outage() -> Iterator[Cluster]:
+    """Every partition of topic ``o`` below min ISR: RF=3, min ISR 3, one broker down."""
+    with Cluster(brokers=3, config={"min.insync.replicas": "3"}) as cluster:
+        cluster.create_topic("o", partitions=3, replication_factor=3)
+        cluster.stop_broker(3)
+        deadline = time.monotonic() + 10
+        while any(len(cluster.partition_state("o", p).isr) > 2 for p in range(3)):
+            assert time.monotonic() < deadline, "the controller never noticed broker 3"
+            time.sleep(0.05)
+        yield cluster
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def consume(bootstrap: str, topic: str, partitions: int) -> list[Any]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        records: list[Any] = []
+        deadline = time.monotonic() + 20
+        pending = {tp for tp in tps if end[tp] > 0}
+        while pending and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                records.extend(batch)
+            for tp in list(pending):
+                if await consumer.position(tp) >= end[tp]:
+                    pending.discard(tp)
+        return records
+    finally:
+        await consumer.stop()
+
+
+def test_send_and_wait_gives_the_final_metadata_and_the_message_reads_back(
+    healthy: Cluster,
+) -> None:
+    healthy.create_topic("basic", partitions=4, replication_factor=3)
+
+    async def run() -> tuple[Any, list[Any]]:
+        async with AsyncFailoverProducer(bootstrap_servers=healthy.bootstrap_servers) as ap:
+            md = await ap.send_and_wait(
+                "basic", b"value", key=b"k", headers={"h": b"1"}, timestamp_ms=1_700_000_000_000
+            )
+            assert await ap.stop() == []
+        return md, await consume(healthy.bootstrap_servers, "basic", 4)
+
+    md, records = asyncio.run(run())
+    [record] = records
+    assert (record.partition, record.offset) == (md.partition, md.offset)
+    assert (record.key, record.value, list(record.headers)) == (b"k", b"value", [("h", b"1")])
+    assert record.timestamp == md.timestamp == 1_700_000_000_000
+
+
+def test_a_message_too_large_for_the_topic_fails_alone_and_once(healthy: Cluster) -> None:
+    """The broker refuses the whole batch it sits in; the batch is split, the small messages
+    are delivered and only the large one fails, finally, without looping."""
+    healthy.create_topic(
+        "small", partitions=2, replication_factor=3, config={"max.message.bytes": "3000"}
+    )
+    dead: list[tuple[UndeliveredMessage, BaseException]] = []
+
+    async def run() -> tuple[list[Any], Any]:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=healthy.bootstrap_servers,
+            dead_letter=lambda m, e: dead.append((m, e)),
+        ) as ap:
+            futures = [await ap.send("small", b"s-%03d" % i + b"." * 100) for i in range(60)]
+            futures.insert(30, await ap.send("small", b"L" * 5000))
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            assert await ap.flush(5) == 0
+            return results, ap.statistics()
+
+    results, stats = asyncio.run(run())
+    big = results.pop(30)
+    assert isinstance(big, ak.MessageSizeTooLargeError)
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert stats.final_failures == 1
+    assert stats.delivered == 60
+    [(message, error)] = dead
+    assert message.value == b"L" * 5000
+    assert isinstance(error, ak.MessageSizeTooLargeError)
+    assert message.attempts <= 2  # in its batch, then alone: never looped
+
+
+def test_a_topic_the_cluster_does_not_have_fails_at_once(healthy: Cluster) -> None:
+    async def run() -> tuple[BaseException, float]:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=healthy.bootstrap_servers, produce_timeout_s=2.0
+        ) as ap:
+            start = time.monotonic()
+            with pytest.raises(ak.UnknownTopicOrPartitionError) as info:
+                await ap.send_and_wait("no-such-topic", b"x")
+            assert ap.statistics().final_failures == 1
+            return info.value, time.monotonic() - start
+
+    error, elapsed = asyncio.run(run())
+    assert "no-such-topic" in str(error)
+    assert elapsed < 2.5
+
+
+def test_misuse_is_refused_before_anything_is_accepted(healthy: Cluster) -> None:
+    healthy.create_topic("misuse", partitions=1, replication_factor=3)
+
+    async def run() -> None:
+        ap = AsyncFailoverProducer(bootstrap_servers=healthy.bootstrap_servers)
+        with pytest.raises(FailoverError, match="start"):
+            await ap.send("misuse", b"x")
+        await ap.start()
+        with pytest.raises(TypeError, match="value"):
+            await ap.send("misuse", 42)
+        with pytest.raises(TypeError, match="headers"):
+            await ap.send("misuse", b"x", headers=[("h", b"1", b"2")])  # type: ignore[list-item]  # the misuse under test
+        with pytest.raises(FailoverError, match="already"):
+            await ap.start()
+        assert ap.statistics().produced == 0
+        assert await ap.stop() == []
+        with pytest.raises(ProducerClosed):
+            await ap.send("misuse", b"x")
+
+    asyncio.run(run())
+
+
+def test_total_outage_applies_backpressure_then_delivers_everything(outage: Cluster) -> None:
+    async def run() -> None:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=outage.bootstrap_servers, max_in_flight=5, produce_timeout_s=0.3
+        ) as ap:
+            futures = [await ap.send("o", b"%d" % i) for i in range(5)]
+            assert ap.health("o").usable == ()
+            start = time.monotonic()
+            with pytest.raises(ProduceTimeout) as info:
+                await ap.send("o", b"5")
+            waited = time.monotonic() - start
+            assert 0.3 <= waited < 1.5
+            assert info.value.message.value == b"5"
+            assert (ap.statistics().produced, len(ap)) == (5, 5)
+
+            outage.start_broker(3)
+            done = await asyncio.wait_for(asyncio.gather(*futures), 30)
+            assert all(md.topic == "o" and md.offset >= 0 for md in done)
+            assert ap.statistics().delivered == 5
+        values = {r.value for r in await consume(outage.bootstrap_servers, "o", 3)}
+        assert values == {b"%d" % i for i in range(5)}
+
+    asyncio.run(run())
+
+
+def test_stop_hands_back_what_could_not_be_delivered(outage: Cluster) -> None:
+    async def run() -> None:
+        ap = AsyncFailoverProducer(bootstrap_servers=outage.bootstrap_servers)
+        await ap.start()
+        futures = [await ap.send("o", b"%d" % i, key=b"k%d" % i) for i in range(3)]
+        left = await ap.stop(timeout=0.3)
+        assert [(m.value, m.key, m.topic) for m in left] == [
+            (b"%d" % i, b"k%d" % i, "o") for i in range(3)
+        ]
+        assert not any(m.possibly_delivered for m in left)  # never written anywhere
+        for f in futures:
+            with pytest.raises(ProducerClosed):
+                f.result()
+        assert await ap.stop() == left
+        assert ap.statistics().returned_on_close == 3
+        with pytest.raises(ProducerClosed):
+            await ap.send("o", b"late")
+
+    asyncio.run(run())
+
+
+def test_cancelling_the_wait_does_not_cancel_the_delivery(healthy: Cluster) -> None:
+    healthy.create_topic("cancel", partitions=2, replication_factor=3)
+
+    async def run() -> list[Any]:
+        async with AsyncFailoverProducer(bootstrap_servers=healthy.bootstrap_servers) as ap:
+            await ap.refresh("cancel")
+            task = asyncio.create_task(ap.send_and_wait("cancel", b"kept"))
+            await wait_for(lambda: ap.statistics().produced == 1, 5)
+            assert not task.done()  # replication is slowed: the delivery is still ahead
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await ap.flush(10) == 0
+            assert ap.statistics().delivered == 1
+        return await consume(healthy.bootstrap_servers, "cancel", 2)
+
+    for broker in (1, 2, 3):
+        healthy.slow_broker(broker, 500)
+    try:
+        records = asyncio.run(run())
+    finally:
+        for broker in (1, 2, 3):
+            healthy.slow_broker(broker, 0)
+    assert [r.value for r in records] == [b"kept"]
+
+
+def test_cancelling_a_send_waiting_for_room_leaves_the_message_with_the_caller(
+    outage: Cluster,
+) -> None:
+    async def run() -> None:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=outage.bootstrap_servers, max_in_flight=1, produce_timeout_s=30
+        ) as ap:
+            first = await ap.send("o", b"first")
+            waiting = asyncio.create_task(ap.send("o", b"second"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert ap.statistics().produced == 1  # "second" was never accepted
+            outage.start_broker(3)
+            assert (await asyncio.wait_for(first, 30)).topic == "o"
+
+    asyncio.run(run())
+
+
+def test_metrics_count_what_happened(healthy: Cluster) -> None:
+    healthy.create_topic("metrics", partitions=3, replication_factor=3)
+    registry = CollectorRegistry()
+
+    async def run() -> None:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=healthy.bootstrap_servers,
+            client_id="aio-metrics",
+            metrics_registry=registry,
+        ) as ap:
+            assert ap.metrics_registry is registry
+            for i in range(20):
+                await ap.send("metrics", b"%d" % i)
+            assert await ap.flush(10) == 0
+            labels = {"producer": "aio-metrics"}
+            assert registry.get_sample_value("failover_produced_total", labels) == 20
+            assert registry.get_sample_value("failover_delivered_total", labels) == 20
+            healthy_now = registry.get_sample_value(
+                "failover_partitions", {**labels, "topic": "metrics", "state": "HEALTHY"}
+            )
+            assert healthy_now == 3
+
+    asyncio.run(run())
+    # Stopped producers leave the registry.
+    assert registry.get_sample_value("failover_produced_total", {"producer": "aio-metrics"}) is None

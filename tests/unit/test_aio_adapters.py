@@ -1,0 +1,280 @@
+"""The asyncio producer's adapters to aiokafka: settings, error policy, metadata answers.
+
+Pure: no sockets. aiokafka's response structs are built by hand, as its decoder builds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import pytest
+from aiokafka import errors as ak  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+from aiokafka.protocol.admin import (  # type: ignore[import-untyped,unused-ignore]
+    DescribeConfigsResponse_v0,
+    DescribeConfigsResponse_v2,
+)
+from aiokafka.protocol.metadata import (  # type: ignore[import-untyped,unused-ignore]
+    MetadataResponse_v5,
+)
+
+from failover_partitioner._aio_client import first_answer_supported, make_inner_producer
+from failover_partitioner._aio_errors import error_class
+from failover_partitioner._aio_metadata import (
+    check_min_isr_option,
+    parse_min_isr,
+    parse_partitions,
+)
+from failover_partitioner._aio_settings import aio_client_settings
+from failover_partitioner.aio import AsyncFailoverProducer
+from failover_partitioner.errors import ConfigError, MetadataUnavailable
+from failover_partitioner.metadata import MinIsr
+
+BS = "127.0.0.1:9"
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+def test_defaults_fill_only_what_the_caller_left_out_and_the_dict_is_not_changed() -> None:
+    given = {"bootstrap_servers": BS, "linger_ms": 5}
+    s = aio_client_settings(given)
+    assert given == {"bootstrap_servers": BS, "linger_ms": 5}
+    assert s.client_kwargs["acks"] == "all"
+    assert s.client_kwargs["request_timeout_ms"] == 5000
+    assert s.client_kwargs["enable_idempotence"] is False
+    assert s.client_kwargs["linger_ms"] == 5
+    assert s.warnings == ()
+
+    mine = aio_client_settings({"bootstrap_servers": BS, "acks": 1, "request_timeout_ms": 800})
+    assert mine.client_kwargs["acks"] == 1
+    assert mine.client_kwargs["request_timeout_ms"] == 800
+
+
+def test_serializers_stay_with_the_failover_layer() -> None:
+    s = aio_client_settings({"bootstrap_servers": BS, "key_serializer": str.encode})
+    assert "key_serializer" not in s.client_kwargs
+    assert s.key_serializer is str.encode
+    assert s.value_serializer is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"bootstrap_servers": BS, "linger": 5}, "linger"),
+        ({"bootstrap_servers": BS, "partitioner": lambda *a: 0}, "partitioner"),
+        ({"bootstrap_servers": BS, "transactional_id": "tx"}, "transactional_id"),
+        ({"bootstrap_servers": BS, "enable_idempotence": True}, "enable_idempotence"),
+        ({}, "bootstrap_servers"),
+        ({"bootstrap_servers": ""}, "bootstrap_servers"),
+        ({"bootstrap_servers": BS, "request_timeout_ms": 0}, "request_timeout_ms"),
+        ({"bootstrap_servers": BS, "request_timeout_ms": "5s"}, "request_timeout_ms"),
+        ({"bootstrap_servers": BS, "max_request_size": 0}, "max_request_size"),
+        ({"bootstrap_servers": BS, "value_serializer": 3}, "value_serializer"),
+    ],
+)
+def test_bad_client_settings_are_refused_naming_the_setting(
+    kwargs: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        aio_client_settings(kwargs)
+
+
+def test_a_long_request_timeout_warns_that_rerouting_waits() -> None:
+    s = aio_client_settings({"bootstrap_servers": BS, "request_timeout_ms": 40000})
+    assert len(s.warnings) == 1
+    assert "40 s" in s.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("max_in_flight", 0),
+        ("produce_timeout_s", -1),
+        ("retry_backoff_s", 0),
+        ("quarantine_backoff_s", float("nan")),
+        ("strategy", "random"),
+        ("key_policy", "sometimes"),
+        ("min_insync_replicas", 0),
+        ("min_insync_replicas", {"orders": "2"}),
+        ("message_id_header", ""),
+        ("dead_letter", 42),
+        ("metadata_refresh_s", 0),
+    ],
+)
+def test_bad_failover_options_fail_at_construction(option: str, value: Any) -> None:
+    options: dict[str, Any] = {option: value}
+    with pytest.raises(ConfigError, match=option):
+        AsyncFailoverProducer(bootstrap_servers=BS, **options)
+
+
+def test_construction_warns_for_a_long_request_timeout_and_needs_no_loop() -> None:
+    with pytest.warns(UserWarning, match="request_timeout_ms"):
+        ap = AsyncFailoverProducer(bootstrap_servers=BS, request_timeout_ms=60000)
+    assert ap.statistics().produced == 0
+    assert len(ap) == 0
+
+
+def test_min_isr_option_forms() -> None:
+    assert check_min_isr_option(None) is None
+    assert check_min_isr_option(2) == 2
+    assert check_min_isr_option({"a": 3}) == {"a": 3}
+    with pytest.raises(ConfigError, match=r"min_insync_replicas\['a'\]"):
+        check_min_isr_option({"a": 0})
+    with pytest.raises(ConfigError):
+        check_min_isr_option(True)
+
+
+# -- error policy --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "retriable", "persisted", "quarantine"),
+    [
+        (ak.NotEnoughReplicasError(), True, False, True),
+        (ak.NotEnoughReplicasAfterAppendError(), True, True, True),
+        (ak.NotLeaderForPartitionError(), True, False, True),
+        (ak.LeaderNotAvailableError(), True, False, True),
+        (ak.RequestTimedOutError(), True, True, True),
+        (ak.KafkaConnectionError("reset"), True, True, True),
+        (ak.NodeNotReadyError("no connection"), True, False, True),
+        (ak.KafkaTimeoutError(), True, False, True),
+        (ak.ProducerClosed(), True, False, False),
+        (ak.MessageSizeTooLargeError(), False, False, False),
+        (ak.TopicAuthorizationFailedError("t"), False, False, False),
+        (ak.CorruptRecordException(), False, False, False),
+        (ValueError("a bug"), False, False, False),
+    ],
+)
+def test_each_client_error_gets_the_design_tables_action(
+    exc: BaseException, retriable: bool, persisted: bool, quarantine: bool
+) -> None:
+    ec = error_class(exc)
+    assert (ec.retriable, ec.possibly_persisted, ec.quarantine) == (
+        retriable,
+        persisted,
+        quarantine,
+    )
+
+
+def test_an_unknown_broker_code_is_read_conservatively() -> None:
+    ec = error_class(ak.UnknownError())
+    assert ec.retriable
+    assert ec.possibly_persisted
+
+
+# -- metadata answers --------------------------------------------------------------------------
+
+
+def _metadata(topics: list[Any]) -> Any:
+    brokers = [(1, "127.0.0.1", 9001, "rack-a"), (2, "127.0.0.1", 9002, None)]
+    return MetadataResponse_v5(0, brokers, "cluster", 1, topics)
+
+
+def test_partitions_carry_leader_replicas_isr_and_the_leaders_rack() -> None:
+    response = _metadata(
+        [
+            (0, "other", False, [(0, 0, 2, [2], [2], [])]),
+            (
+                0,
+                "t",
+                False,
+                [(0, 1, 2, [2, 1], [2], [1]), (0, 0, 1, [1, 2], [1, 2], [])],
+            ),
+        ]
+    )
+    answer = parse_partitions(response, "t")
+    assert answer.exists
+    p0, p1 = answer.partitions
+    assert (p0.partition, p0.leader, p0.replicas, p0.isr, p0.leader_rack) == (
+        0,
+        1,
+        (1, 2),
+        (1, 2),
+        "rack-a",
+    )
+    assert (p1.partition, p1.leader, p1.isr, p1.leader_rack) == (1, 2, (2,), None)
+
+
+def test_a_hole_in_the_partition_list_is_leaderless() -> None:
+    answer = parse_partitions(_metadata([(0, "t", False, [(0, 1, 1, [1], [1], [])])]), "t")
+    assert [p.leader for p in answer.partitions] == [-1, 1]
+
+
+def test_unknown_topic_is_reported_as_not_existing() -> None:
+    answer = parse_partitions(_metadata([(3, "t", False, [])]), "t")
+    assert not answer.exists
+    assert answer.partitions == ()
+
+
+@pytest.mark.parametrize("topics", [[(5, "t", False, [])], [(0, "x", False, [])]])
+def test_answers_worth_asking_again_raise(topics: list[Any]) -> None:
+    with pytest.raises(MetadataUnavailable, match="'t'"):
+        parse_partitions(_metadata(topics), "t")
+
+
+def _configs_v2(error: int, entries: list[Any], name: str = "t") -> Any:
+    return DescribeConfigsResponse_v2(0, [(error, None, 2, name, entries)])
+
+
+def test_min_isr_from_describe_configs_says_where_it_came_from() -> None:
+    topic_set = _configs_v2(0, [("min.insync.replicas", "2", False, 1, False, [])])
+    assert parse_min_isr(topic_set, "t") == MinIsr(value=2, source="topic")
+    broker_default = _configs_v2(0, [("min.insync.replicas", "3", False, 5, False, [])])
+    assert parse_min_isr(broker_default, "t") == MinIsr(value=3, source="broker")
+    v0 = DescribeConfigsResponse_v0(
+        0, [(0, None, 2, "t", [("min.insync.replicas", "2", False, True, False)])]
+    )
+    assert parse_min_isr(v0, "t") == MinIsr(value=2, source="broker")
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        _configs_v2(29, []),
+        _configs_v2(0, [("retention.ms", "1", False, 5, False, [])]),
+        _configs_v2(0, [("min.insync.replicas", "2", False, 1, False, [])], name="other"),
+    ],
+)
+def test_min_isr_not_answered_is_none(response: Any) -> None:
+    assert parse_min_isr(response, "t") is None
+
+
+# -- the inner producer ------------------------------------------------------------------------
+
+
+class _FreshBatch:
+    def expired(self) -> bool:
+        return False
+
+
+def test_the_inner_producer_answers_with_the_first_broker_reply() -> None:
+    from aiokafka.producer.sender import (  # type: ignore[import-untyped,unused-ignore]
+        SendProduceReqHandler,
+    )
+
+    assert first_answer_supported()
+
+    async def build() -> tuple[bool, bool, bool]:
+        producer, first_answer = make_inner_producer(
+            {"bootstrap_servers": BS, "acks": "all", "enable_idempotence": False}
+        )
+        try:
+            sender = producer._sender
+            error = ak.NotEnoughReplicasError()
+            stock = SendProduceReqHandler(sender, {})._can_retry(error, _FreshBatch())
+            from failover_partitioner._aio_client import _FirstAnswerHandler
+
+            ours = _FirstAnswerHandler(sender, {})._can_retry(error, _FreshBatch())
+            return first_answer, stock, ours
+        finally:
+            await producer.stop()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first_answer, stock_retry, our_retry = asyncio.run(build())
+    assert first_answer
+    # aiokafka itself retries NOT_ENOUGH_REPLICAS on the same partition; the first-answer
+    # sender hands the batch back instead.
+    assert stock_retry is True
+    assert our_retry is False
