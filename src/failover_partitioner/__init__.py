@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from failover_partitioner._config import FailoverConfigWarning
 from failover_partitioner._message import DeliveryReport, UndeliveredMessage
+
+# The asyncio producer (aiokafka), from aio.py.
+from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.choose import NO_PARTITION, ChoiceOptions, PartitionChooser
 from failover_partitioner.errors import (
     ConfigError,
@@ -30,10 +33,9 @@ from failover_partitioner.metrics import MetricsSnapshot
 from failover_partitioner.producer import FailoverProducer, ProducerStatistics
 from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
 
-# The asyncio producer (aiokafka) is exported here as AsyncFailoverProducer, from aio.py.
-
 __all__ = [
     "NO_PARTITION",
+    "AsyncFailoverProducer",
     "ChoiceOptions",
     "ConfigError",
     "DeliveryReport",
