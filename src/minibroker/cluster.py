@@ -343,7 +343,8 @@ class Cluster:
         self.close()
 
     def __del__(self) -> None:
-        if self._thread is not None and not self._closed:
+        # getattr: __init__ may have raised (bad config) before the attributes existed
+        if getattr(self, "_thread", None) is not None and not getattr(self, "_closed", True):
             warnings.warn(
                 "minibroker Cluster was never closed; use it as a context manager or call close()",
                 ResourceWarning,

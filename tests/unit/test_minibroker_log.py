@@ -1,0 +1,251 @@
+"""ReplicaLog and record batch headers: offsets, reads, truncation, epochs, idempotence."""
+
+from __future__ import annotations
+
+import datetime
+import io
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.records.readers import read_batch
+from kio.records.schema import NewRecordBatch, Record
+from kio.records.writers import write_new_batch
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
+
+from minibroker._batch import BatchError, BatchHeader, parse_batches, record_offset_for_timestamp
+from minibroker.log import ReplicaLog, StoredBatch
+
+BASE_TS = 1_700_000_000_000
+
+
+def make_batch(
+    count: int,
+    *,
+    producer_id: int = -1,
+    epoch: int = -1,
+    sequence: int = -1,
+    first_ts: int = BASE_TS,
+    step_ms: int = 1,
+) -> bytes:
+    records = tuple(
+        Record(
+            attributes=i8(0),
+            timestamp=TZAwareMicros.parse(
+                datetime.datetime.fromtimestamp((first_ts + i * step_ms) / 1000, tz=datetime.UTC)
+            ),
+            offset=i64(i),
+            key=None,
+            value=f"v{i}".encode(),
+            headers=(),
+        )
+        for i in range(count)
+    )
+    buffer = io.BytesIO()
+    write_new_batch(
+        buffer,
+        NewRecordBatch(
+            producer_id=i64(producer_id),
+            producer_epoch=i16(epoch),
+            base_sequence=i32(sequence),
+            records=records,
+            attributes=i16(0),
+        ),
+    )
+    return buffer.getvalue()
+
+
+def headers_of(data: bytes) -> list[BatchHeader]:
+    parsed = parse_batches(data, 1_000_000)
+    assert isinstance(parsed, list)
+    return parsed
+
+
+def leader_append(log: ReplicaLog, data: bytes, epoch: int = 0) -> tuple[int, int]:
+    result = log.append_as_leader(bytearray(data), headers_of(data), epoch)
+    assert result.error == ErrorCode.none
+    return result.base_offset, result.next_offset
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=20), min_size=1, max_size=15))
+def test_offsets_are_dense_and_patched_into_the_batch(counts: list[int]) -> None:
+    log = ReplicaLog()
+    expected = 0
+    for count in counts:
+        base, end = leader_append(log, make_batch(count), epoch=3)
+        assert (base, end) == (expected, expected + count)
+        expected = end
+    assert log.log_end_offset == sum(counts)
+    for stored in log.batches:
+        decoded, _ = read_batch(bytes(stored.data), 0)
+        # the patched offset and epoch are what a consumer decodes; the CRC still holds
+        assert decoded.base_offset == stored.base_offset
+        assert decoded.partition_leader_epoch == 3
+        assert isinstance(parse_batches(stored.data, 1_000_000), list)
+
+
+@settings(deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=10), min_size=1, max_size=12),
+    st.data(),
+)
+def test_read_returns_whole_batches_from_the_one_holding_the_offset(
+    counts: list[int], data: st.DataObject
+) -> None:
+    log = ReplicaLog()
+    for count in counts:
+        leader_append(log, make_batch(count))
+    end = log.log_end_offset
+    offset = data.draw(st.integers(min_value=0, max_value=end - 1))
+    upper = data.draw(st.integers(min_value=offset, max_value=end))
+    chunks = log.read(offset, 10**9, upper)
+    bases = [read_batch(bytes(c), 0)[0].base_offset for c in chunks]
+    holding = [b for b in log.batches if b.base_offset <= offset < b.next_offset]
+    visible = [b for b in log.batches if b.next_offset > offset and b.next_offset <= upper]
+    assert bases == [b.base_offset for b in visible]
+    if visible:
+        assert visible[0] == holding[0]
+
+
+def test_read_returns_at_least_one_batch_even_over_max_bytes() -> None:
+    log = ReplicaLog()
+    leader_append(log, make_batch(50))
+    leader_append(log, make_batch(50))
+    assert len(log.read(0, 1, log.log_end_offset)) == 1
+    assert len(log.read(0, 10**6, log.log_end_offset)) == 2
+
+
+def test_truncation_drops_whole_batches_and_forgets_their_epochs() -> None:
+    log = ReplicaLog()
+    leader_append(log, make_batch(5), epoch=0)
+    leader_append(log, make_batch(5), epoch=1)
+    leader_append(log, make_batch(5), epoch=2)
+    assert log.end_offset_for_epoch(1) == (1, 10)
+    log.truncate_to(12)  # inside the last batch: the whole batch goes
+    assert log.log_end_offset == 10
+    assert log.latest_epoch == 1
+    assert log.end_offset_for_epoch(5) == (1, 10)
+    log.truncate_to(0)
+    assert (log.log_end_offset, log.latest_epoch, log.batches) == (0, -1, [])
+
+
+def test_end_offset_for_epoch_follows_kafka() -> None:
+    log = ReplicaLog()
+    assert log.end_offset_for_epoch(0) == (-1, -1)
+    leader_append(log, make_batch(3), epoch=2)
+    leader_append(log, make_batch(3), epoch=4)
+    assert log.end_offset_for_epoch(1) == (-1, -1)
+    assert log.end_offset_for_epoch(2) == (2, 3)
+    assert log.end_offset_for_epoch(3) == (2, 3)
+    assert log.end_offset_for_epoch(4) == (4, 6)
+    assert log.end_offset_for_epoch(9) == (4, 6)
+
+
+def test_follower_appends_share_the_leaders_batches() -> None:
+    leader, follower = ReplicaLog(), ReplicaLog()
+    leader_append(leader, make_batch(4), epoch=1)
+    follower.append_replicated(leader.batches_from(0))
+    assert follower.log_end_offset == 4
+    assert follower.batches[0] is leader.batches[0]
+    assert follower.latest_epoch == 1
+
+
+def test_idempotent_duplicate_and_gaps() -> None:
+    log = ReplicaLog()
+    first = make_batch(2, producer_id=7, epoch=0, sequence=0)
+    base, _ = leader_append(log, first)
+    duplicate = log.append_as_leader(bytearray(first), headers_of(first), 0)
+    assert (duplicate.error, duplicate.duplicate, duplicate.base_offset) == (
+        ErrorCode.none,
+        True,
+        base,
+    )
+    assert log.log_end_offset == 2
+    gap = make_batch(1, producer_id=7, epoch=0, sequence=3)
+    refused = log.append_as_leader(bytearray(gap), headers_of(gap), 0)
+    assert refused.error == ErrorCode.out_of_order_sequence_number
+    assert log.log_end_offset == 2
+    following = make_batch(1, producer_id=7, epoch=0, sequence=2)
+    leader_append(log, following)
+    new_epoch = make_batch(1, producer_id=7, epoch=1, sequence=4)
+    assert (
+        log.append_as_leader(bytearray(new_epoch), headers_of(new_epoch), 0).error
+        == ErrorCode.out_of_order_sequence_number
+    )
+    old_epoch_again = make_batch(1, producer_id=7, epoch=1, sequence=0)
+    leader_append(log, old_epoch_again)
+    fenced = make_batch(1, producer_id=7, epoch=0, sequence=3)
+    assert (
+        log.append_as_leader(bytearray(fenced), headers_of(fenced), 0).error
+        == ErrorCode.invalid_producer_epoch
+    )
+
+
+def test_producer_state_is_rebuilt_after_truncation() -> None:
+    log = ReplicaLog()
+    leader_append(log, make_batch(1, producer_id=9, epoch=0, sequence=0))
+    leader_append(log, make_batch(1, producer_id=9, epoch=0, sequence=1))
+    log.truncate_to(1)
+    # sequence 1 is gone with its batch, so it is the next one expected again
+    again = make_batch(1, producer_id=9, epoch=0, sequence=1)
+    result = log.append_as_leader(bytearray(again), headers_of(again), 0)
+    assert (result.error, result.duplicate, result.base_offset) == (ErrorCode.none, False, 1)
+
+
+def test_parse_batches_refuses_corruption_and_size() -> None:
+    good = make_batch(3)
+    assert isinstance(parse_batches(good + good, 10_000), list)
+    assert len(headers_of(good + good)) == 2
+    flipped = bytearray(good)
+    flipped[-2] ^= 1
+    assert parse_batches(bytes(flipped), 10_000) == BatchError(
+        2, "record batch at byte 0 fails its CRC"
+    )
+    truncated = parse_batches(good[:-5], 10_000)
+    assert isinstance(truncated, BatchError)
+    assert truncated.error_code == 2
+    too_big = parse_batches(good, len(good) - 1)
+    assert isinstance(too_big, BatchError)
+    assert too_big.error_code == 10
+    assert isinstance(parse_batches(b"", 10_000), BatchError)
+    magic1 = bytearray(good)
+    magic1[16] = 1
+    assert isinstance(parse_batches(bytes(magic1), 10_000), BatchError)
+
+
+@settings(deadline=None)
+@given(st.integers(min_value=1, max_value=30), st.integers(min_value=0, max_value=400))
+def test_offset_for_timestamp_finds_the_first_record_at_or_after(count: int, wanted: int) -> None:
+    data = make_batch(count, first_ts=BASE_TS, step_ms=10)
+    found = record_offset_for_timestamp(data, 100, BASE_TS + wanted)
+    expected = next((i for i in range(count) if i * 10 >= wanted), 0)
+    assert found == 100 + expected
+
+
+def test_offset_for_timestamp_over_the_log() -> None:
+    log = ReplicaLog()
+    leader_append(log, make_batch(3, first_ts=BASE_TS, step_ms=10))
+    leader_append(log, make_batch(3, first_ts=BASE_TS + 100, step_ms=10))
+    end = log.log_end_offset
+    assert log.offset_for_timestamp(BASE_TS + 15, end) == (2, BASE_TS + 20)
+    assert log.offset_for_timestamp(BASE_TS + 50, end) == (3, BASE_TS + 120)
+    assert log.offset_for_timestamp(BASE_TS + 500, end) is None
+    assert log.offset_for_timestamp(BASE_TS + 50, 3) is None  # above the HWM is invisible
+    assert log.max_timestamp_offset(end) == (5, BASE_TS + 120)
+
+
+def test_stored_batch_last_sequence_wraps() -> None:
+    stored = StoredBatch(0, 3, b"", 0, 0, 1, 0, 2**31 - 2)
+    assert stored.last_sequence == 0
+
+
+@pytest.mark.parametrize("offset", [0, 4, 5])
+def test_batches_from(offset: int) -> None:
+    log = ReplicaLog()
+    leader_append(log, make_batch(5))
+    leader_append(log, make_batch(5))
+    assert [b.base_offset for b in log.batches_from(offset)] == [
+        b.base_offset for b in log.batches if b.next_offset > offset
+    ]
