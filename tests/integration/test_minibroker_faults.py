@@ -234,3 +234,36 @@ def test_stopping_two_of_five_brokers_degrades_exactly_the_partitions_on_both() 
         }
         assert refused == on_both
         assert all(outcomes[p] == [None] for p in range(12) if p not in on_both)
+
+
+def test_a_restarted_broker_catches_up_and_rejoins_the_isr() -> None:
+    with Cluster(brokers=3, config={"min.insync.replicas": "2", **FAST}) as cluster:
+        cluster.create_topic("back", partitions=1, replication_factor=3)
+        follower = cluster.partition_state("back", 0).replicas[2]
+        cluster.stop_broker(follower)
+        wait_for(
+            lambda: follower not in cluster.partition_state("back", 0).isr, 3, "the ISR to shrink"
+        )
+        assert produce_to(cluster.bootstrap_servers, "back", [0], count=200) == {0: [None] * 200}
+        cluster.start_broker(follower)
+        wait_for(lambda: follower in cluster.partition_state("back", 0).isr, 3, "the ISR to expand")
+        state = cluster.partition_state("back", 0)
+        assert dict(state.replica_log_end_offsets)[follower] == state.log_end_offset == 200
+
+
+def test_a_slow_follower_drops_out_of_the_isr_under_load_and_returns_when_fast() -> None:
+    with Cluster(brokers=3, config=FAST) as cluster:
+        cluster.create_topic("slow", partitions=1, replication_factor=3)
+        follower = cluster.partition_state("slow", 0).replicas[1]
+        cluster.slow_broker(follower, 600)
+        producer = Producer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "acks": "1", "linger.ms": 5}
+        )
+        deadline = time.monotonic() + 5
+        while follower in cluster.partition_state("slow", 0).isr:
+            assert time.monotonic() < deadline, "the slow follower never left the ISR"
+            producer.produce("slow", b"x" * 100)
+            producer.poll(0.01)
+        assert producer.flush(10) == 0
+        cluster.slow_broker(follower, 0)
+        wait_for(lambda: follower in cluster.partition_state("slow", 0).isr, 3, "the follower back")
