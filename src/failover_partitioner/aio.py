@@ -929,7 +929,11 @@ class AsyncFailoverProducer:
         if self._meta is not None:
             await self._meta.close()
         # aiokafka answers every batch it holds before it stops (within request_timeout_ms).
-        await self._inner.stop()
+        try:
+            await self._inner.stop()
+        except Exception:
+            # What it still held is handed back below, marked as possibly delivered.
+            logger.exception("%s: the inner aiokafka producer failed to stop cleanly", self._name)
         if self._handed_over:
             # Their futures are resolved; the done-callbacks run on the next loop turns.
             self._answered.clear()
