@@ -157,6 +157,6 @@ def _write(
             f"accumulators); this session cannot provide them: {exc}"
         ) from exc
     counts = context.accumulator(WriteSummary(), SummaryParam())
-    rows = df.selectExpr(*layout.select_expressions()).rdd
+    rows = df.select(*layout.columns()).rdd
     rows.foreachPartition(functools.partial(write_partition, spec=spec, counts=counts))
     return counts.value

@@ -27,6 +27,7 @@ def schema(**columns: DataType) -> StructType:
 
 def test_value_only_with_topic_argument() -> None:
     layout = plan_rows(schema(value=StringType()), topic="t")
+    assert layout.columns() == ("value",)
     assert not layout.value_is_binary
     assert not layout.has_key
     assert not layout.has_headers
@@ -38,6 +39,7 @@ def test_every_column_binary_and_topic_per_row() -> None:
         schema(value=BinaryType(), key=BinaryType(), headers=HEADERS, topic=StringType()),
         topic=None,
     )
+    assert layout.columns() == ("value", "key", "headers", "topic")
     assert layout.value_is_binary
     assert layout.key_is_binary
     assert layout.has_key
@@ -48,11 +50,15 @@ def test_every_column_binary_and_topic_per_row() -> None:
 def test_topic_argument_wins_over_column() -> None:
     layout = plan_rows(schema(value=StringType(), topic=StringType()), topic="t")
     assert not layout.topic_from_rows
+    assert layout.columns() == ("value",)
 
 
 def test_extra_columns_are_ignored() -> None:
-    layout = plan_rows(schema(value=StringType(), id=IntegerType()), topic="t")
-    assert layout.select_expressions()[0] == "`value`"
+    layout = plan_rows(
+        schema(id=IntegerType(), key=StringType(), value=StringType(), extra=BinaryType()),
+        topic="t",
+    )
+    assert layout.columns() == ("value", "key")
 
 
 @pytest.mark.parametrize(

@@ -31,10 +31,10 @@ class ColumnError(FailoverError, ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RowLayout:
-    """How a task reads a row: the columns selected, in order, and how to convert them.
+    """How a task reads a row: which columns are selected, in this order, and their types.
 
-    Tasks always see four positions (value, key, headers, topic) so the hot loop can unpack
-    rows without looking at names; a missing optional column is selected as a null literal.
+    Only the columns present are selected (value, then key, headers, topic when present):
+    every selected column is a value Spark must convert and send to Python for each row.
     """
 
     value_is_binary: bool
@@ -43,14 +43,15 @@ class RowLayout:
     has_headers: bool
     topic_from_rows: bool
 
-    def select_expressions(self) -> tuple[str, ...]:
-        """SQL expressions for ``DataFrame.selectExpr``: value, key, headers, topic."""
-        return (
-            "`value`",
-            "`key`" if self.has_key else "CAST(NULL AS STRING) AS `key`",
-            "`headers`" if self.has_headers else f"CAST(NULL AS {_HEADERS_TYPE}) AS `headers`",
-            "`topic`" if self.topic_from_rows else "CAST(NULL AS STRING) AS `topic`",
+    def columns(self) -> tuple[str, ...]:
+        """Column names for ``DataFrame.select``, in the order tasks read them."""
+        present = (
+            ("value", True),
+            ("key", self.has_key),
+            ("headers", self.has_headers),
+            ("topic", self.topic_from_rows),
         )
+        return tuple(name for name, selected in present if selected)
 
 
 def plan_rows(schema: StructType, *, topic: str | None) -> RowLayout:

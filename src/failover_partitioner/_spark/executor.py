@@ -15,7 +15,7 @@ from __future__ import annotations
 import atexit
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pyspark.accumulators import Accumulator
@@ -93,33 +93,81 @@ def write_partition(
 
 
 def _produce_rows(producer: Producer, rows: Iterable[Any], spec: WriterSpec) -> int:
-    layout = spec.layout
-    value_binary = layout.value_is_binary
-    key_binary = layout.key_is_binary
-    fixed_topic = spec.topic
     produce = producer.produce
     poll = producer.poll
     produced = 0
-    # Rows arrive as tuples in RowLayout order; iterate lazily, never materialise the partition.
-    for value, key, headers, row_topic in rows:
-        topic = fixed_topic or row_topic
-        if topic is None:
-            raise RowError(
-                f"row {produced} of this partition has a null 'topic' and no topic= was given; "
-                "fill the column or pass topic=."
-            )
-        if value_binary and value is not None:
-            value = bytes(value)
-        if key is not None:
-            # Keys are hashed as bytes (murmur2); a string key is its UTF-8 encoding.
-            key = bytes(key) if key_binary else key.encode()
-        if headers is not None:
-            headers = [(hk, None if hv is None else bytes(hv)) for hk, hv in headers]
+    # Lazily, row by row: the partition is never materialised.
+    for topic, value, key, headers in _messages(rows, spec):
         produce(topic, value, key, headers)
         produced += 1
         if produced % _POLL_EVERY_ROWS == 0:
             poll(0)
     return produced
+
+
+def _messages(rows: Iterable[Any], spec: WriterSpec) -> Iterator[tuple[str, Any, Any, Any]]:
+    """(topic, value, key, headers) per row, in the types the producer takes.
+
+    Rows are tuples of the columns ``RowLayout.columns()`` selected. PySpark hands binary
+    columns over as bytearray, which confluent-kafka refuses; string keys are hashed as their
+    UTF-8 bytes.
+    """
+    layout = spec.layout
+    value_binary = layout.value_is_binary
+    key_binary = layout.key_is_binary
+    fixed_topic = spec.topic
+    if fixed_topic is not None and not layout.has_headers and not layout.topic_from_rows:
+        # The common shapes (value, or value and key, to one topic) without per-row lookups.
+        if not layout.has_key:
+            if value_binary:
+                return ((fixed_topic, _bytes(v), None, None) for (v,) in rows)
+            return ((fixed_topic, v, None, None) for (v,) in rows)
+        return (
+            (
+                fixed_topic,
+                _bytes(v) if value_binary else v,
+                None if k is None else bytes(k) if key_binary else k.encode(),
+                None,
+            )
+            for v, k in rows
+        )
+    return _general_messages(rows, spec)
+
+
+def _general_messages(rows: Iterable[Any], spec: WriterSpec) -> Iterator[tuple[str, Any, Any, Any]]:
+    layout = spec.layout
+    value_binary = layout.value_is_binary
+    key_binary = layout.key_is_binary
+    position = 1
+    key_at = headers_at = topic_at = -1
+    if layout.has_key:
+        key_at, position = position, position + 1
+    if layout.has_headers:
+        headers_at, position = position, position + 1
+    if layout.topic_from_rows:
+        topic_at = position
+    fixed_topic = spec.topic
+    for index, row in enumerate(rows):
+        topic = fixed_topic if fixed_topic is not None else row[topic_at]
+        if topic is None:
+            raise RowError(
+                f"row {index} of this partition has a null 'topic' and no topic= was given; "
+                "fill the column or pass topic=."
+            )
+        value = row[0]
+        if value_binary and value is not None:
+            value = bytes(value)
+        key = row[key_at] if key_at >= 0 else None
+        if key is not None:
+            key = bytes(key) if key_binary else key.encode()
+        headers = row[headers_at] if headers_at >= 0 else None
+        if headers is not None:
+            headers = [(hk, None if hv is None else bytes(hv)) for hk, hv in headers]
+        yield topic, value, key, headers
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
 
 
 def _await_outcomes(producer: Producer, produced: int, timeout_s: float) -> None:
