@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from minibroker.cluster import AsyncCluster, BrokerState, Cluster, PartitionState
+from typing import TYPE_CHECKING, Any
+
 from minibroker.errors import (
     BrokerStateError,
     ClusterClosedError,
@@ -17,6 +18,9 @@ from minibroker.errors import (
     MinibrokerError,
     TopicError,
 )
+
+if TYPE_CHECKING:
+    from minibroker.cluster import AsyncCluster, BrokerState, Cluster, PartitionState
 
 __all__ = [
     "AsyncCluster",
@@ -29,3 +33,15 @@ __all__ = [
     "PartitionState",
     "TopicError",
 ]
+
+_LAZY = {"AsyncCluster", "BrokerState", "Cluster", "PartitionState"}
+
+
+def __getattr__(name: str) -> Any:
+    # The cluster pulls in kio's protocol tables; import it on first use so that the pytest
+    # plugin and ``minibroker ctl`` start fast.
+    if name in _LAZY:
+        from minibroker import cluster
+
+        return getattr(cluster, name)
+    raise AttributeError(f"module 'minibroker' has no attribute {name!r}")

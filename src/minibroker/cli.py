@@ -1,0 +1,205 @@
+"""``minibroker`` console script: run a cluster (``start``) and drive it from elsewhere (``ctl``).
+
+    minibroker start --brokers 5 [--port 9092] [--control-port 9700] [--config k=v ...]
+    minibroker ctl [--control-port 9700] stop-broker 2 | start-broker 2 | isolate 2 | heal 2
+                   | slow 2 --delay-ms 500 | create-topic NAME [-p N] [-r N] [--config k=v]
+                   | delete-topic NAME | describe [TOPIC] [--json]
+
+``start`` prints the bootstrap servers on its first line (scripts read it), the control URL on
+the second, and runs until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from minibroker.errors import MinibrokerError
+
+__all__ = ["format_describe", "main"]
+
+DEFAULT_CONTROL_PORT = 9700
+
+
+def _key_values(pairs: Sequence[str]) -> dict[str, str]:
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--config expects key=value, got {pair!r}")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from minibroker.cluster import AsyncCluster  # here: `ctl` must not pay for kio's import
+    from minibroker.control import ControlServer
+
+    ports = [args.port + i for i in range(args.brokers)] if args.port else None
+    cluster = AsyncCluster(args.brokers, _key_values(args.config), host=args.host, ports=ports)
+    control = ControlServer(cluster, port=args.control_port)
+    await cluster.start()
+    try:
+        await control.start()
+        print(cluster.bootstrap_servers, flush=True)
+        print(f"control: {control.url}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        print("minibroker: shutting down", file=sys.stderr, flush=True)
+    finally:
+        await control.close()
+        await cluster.close()
+    return 0
+
+
+def _request(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        payload = json.loads(exc.read() or b"{}")
+        raise SystemExit(f"minibroker ctl: {payload.get('error', exc)}") from None
+    except urllib.error.URLError as exc:
+        raise SystemExit(
+            f"minibroker ctl: no cluster control endpoint on 127.0.0.1:{port} ({exc.reason}); "
+            "is `minibroker start` running, and is --control-port right?"
+        ) from None
+
+
+def _ids(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def format_describe(described: dict[str, Any]) -> str:
+    """Brokers, then one line per partition, in ``kafka-topics --describe`` style."""
+    lines = []
+    for broker in described["brokers"]:
+        flags = []
+        if broker["is_controller"]:
+            flags.append("controller")
+        if broker["isolated"]:
+            flags.append("isolated")
+        if broker["replication_delay_ms"]:
+            flags.append(f"slow {broker['replication_delay_ms']:g} ms")
+        lines.append(
+            f"Broker: {broker['broker_id']}\tAddress: {broker['host']}:{broker['port']}\t"
+            f"Rack: {broker['rack'] or '-'}\tStatus: {broker['status']}"
+            + (f"\t({', '.join(flags)})" if flags else "")
+        )
+    for p in described["partitions"]:
+        lines.append(
+            f"Topic: {p['topic']}\tPartition: {p['partition']}\tLeader: "
+            f"{p['leader'] if p['leader'] >= 0 else 'none'}\tReplicas: {_ids(p['replicas'])}\t"
+            f"Isr: {_ids(p['isr'])}\tOffline: {_ids(p['offline_replicas'])}\t"
+            f"LeaderEpoch: {p['leader_epoch']}\tHW: {p['high_watermark']}"
+        )
+    return "\n".join(lines)
+
+
+def _ctl(args: argparse.Namespace) -> int:
+    port = args.control_port
+    command = args.command
+    if command in ("stop-broker", "start-broker", "isolate", "heal", "slow"):
+        action = {"stop-broker": "stop", "start-broker": "start"}.get(command, command)
+        body = {"delay_ms": args.delay_ms} if command == "slow" else {}
+        _request(port, "POST", f"/brokers/{args.broker}/{action}", body)
+        print(f"broker {args.broker}: {command} done")
+    elif command == "create-topic":
+        _request(
+            port,
+            "POST",
+            "/topics",
+            {
+                "name": args.name,
+                "partitions": args.partitions,
+                "replication_factor": args.replication_factor,
+                "config": _key_values(args.config),
+            },
+        )
+        print(f"created topic {args.name}")
+    elif command == "delete-topic":
+        _request(port, "DELETE", f"/topics/{args.name}")
+        print(f"deleted topic {args.name}")
+    else:
+        path = "/describe" + (f"?topic={args.topic}" if args.topic else "")
+        described = _request(port, "GET", path)
+        print(json.dumps(described, indent=2) if args.json else format_describe(described))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minibroker", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="mode", required=True)
+
+    start = commands.add_parser("start", help="run a cluster until Ctrl-C or SIGTERM")
+    start.add_argument("--brokers", type=int, default=3)
+    start.add_argument(
+        "--port", type=int, default=0, help="first broker port (next ones follow); default: any"
+    )
+    start.add_argument("--host", default="127.0.0.1")
+    start.add_argument("--control-port", type=int, default=DEFAULT_CONTROL_PORT)
+    start.add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE", help="broker setting"
+    )
+    start.add_argument("--log-level", default="INFO")
+
+    ctl = commands.add_parser("ctl", help="drive a running cluster")
+    ctl.add_argument("--control-port", type=int, default=DEFAULT_CONTROL_PORT)
+    actions = ctl.add_subparsers(dest="command", required=True)
+    for name in ("stop-broker", "start-broker", "isolate", "heal"):
+        actions.add_parser(name).add_argument("broker", type=int)
+    slow = actions.add_parser("slow")
+    slow.add_argument("broker", type=int)
+    slow.add_argument("--delay-ms", type=float, required=True)
+    create = actions.add_parser("create-topic")
+    create.add_argument("name")
+    create.add_argument("-p", "--partitions", type=int, default=-1)
+    create.add_argument("-r", "--replication-factor", type=int, default=-1)
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    delete = actions.add_parser("delete-topic")
+    delete.add_argument("name")
+    describe = actions.add_parser("describe")
+    describe.add_argument("topic", nargs="?")
+    describe.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.mode == "ctl":
+        return _ctl(args)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return asyncio.run(_run(args))
+    except MinibrokerError as exc:
+        print(f"minibroker: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"minibroker: cannot listen: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

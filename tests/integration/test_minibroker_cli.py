@@ -1,0 +1,166 @@
+"""`minibroker start` in a subprocess, driven by `minibroker ctl` from another process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from minibroker.cli import format_describe
+
+START = [sys.executable, "-m", "minibroker.cli", "start"]
+
+
+def ctl(port: int, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "minibroker.cli", "ctl", "--control-port", str(port), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def running() -> Iterator[tuple[subprocess.Popen[str], str, int]]:
+    process = subprocess.Popen(
+        [
+            *START,
+            "--brokers",
+            "3",
+            "--control-port",
+            "0",
+            "--config",
+            "min.insync.replicas=2",
+            "--config",
+            "replica.lag.time.max.ms=300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        bootstrap = process.stdout.readline().strip()
+        control = process.stdout.readline().strip()
+        assert control.startswith("control: http://127.0.0.1:"), control
+        yield process, bootstrap, int(control.rsplit(":", 1)[1])
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def describe(port: int, topic: str) -> dict[str, Any]:
+    described: dict[str, Any] = json.loads(ctl(port, "describe", topic, "--json"))
+    return described
+
+
+def test_ctl_drives_a_cluster_started_in_another_process(
+    running: tuple[subprocess.Popen[str], str, int],
+) -> None:
+    process, bootstrap, port = running
+    assert len(bootstrap.split(",")) == 3
+    ctl(port, "create-topic", "orders", "-p", "3", "-r", "3")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer.produce("orders", b"hello", partition=0)
+    assert producer.flush(10) == 0
+
+    leader = describe(port, "orders")["partitions"][0]["leader"]
+    ctl(port, "isolate", str(leader))
+    deadline = time.monotonic() + 5
+    while describe(port, "orders")["partitions"][0]["isr"] != [leader]:
+        assert time.monotonic() < deadline, "the isolated leader's ISR did not shrink"
+        time.sleep(0.1)
+    table = ctl(port, "describe", "orders")
+    assert f"Topic: orders\tPartition: 0\tLeader: {leader}\tReplicas: " in table
+    assert f"Isr: {leader}\t" in table
+    ctl(port, "heal", str(leader))
+    ctl(port, "slow", "2", "--delay-ms", "50")
+    ctl(port, "stop-broker", "3")
+    brokers = {b["broker_id"]: b for b in describe(port, "orders")["brokers"]}
+    assert brokers[3]["status"] in ("stopped", "fenced")
+    assert brokers[2]["replication_delay_ms"] == 50
+    ctl(port, "start-broker", "3")
+    ctl(port, "delete-topic", "orders")
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(15) == 0
+
+
+def test_ctl_reports_errors_and_a_missing_endpoint(
+    running: tuple[subprocess.Popen[str], str, int],
+) -> None:
+    _, _, port = running
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minibroker.cli",
+            "ctl",
+            "--control-port",
+            str(port),
+            "stop-broker",
+            "9",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "no broker 9" in refused.stderr
+    absent = subprocess.run(
+        [sys.executable, "-m", "minibroker.cli", "ctl", "--control-port", "1", "describe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert absent.returncode != 0
+    assert "no cluster control endpoint" in absent.stderr
+
+
+def test_describe_table_format() -> None:
+    described = {
+        "brokers": [
+            {
+                "broker_id": 1,
+                "host": "127.0.0.1",
+                "port": 9092,
+                "rack": None,
+                "status": "running",
+                "isolated": True,
+                "replication_delay_ms": 0.0,
+                "is_controller": True,
+            }
+        ],
+        "partitions": [
+            {
+                "topic": "t",
+                "partition": 0,
+                "leader": -1,
+                "replicas": [1, 2],
+                "isr": [1],
+                "offline_replicas": [2],
+                "leader_epoch": 4,
+                "high_watermark": 7,
+            }
+        ],
+    }
+    assert format_describe(described).splitlines() == [
+        "Broker: 1\tAddress: 127.0.0.1:9092\tRack: -\tStatus: running\t(controller, isolated)",
+        "Topic: t\tPartition: 0\tLeader: none\tReplicas: 1,2\tIsr: 1\tOffline: 2\t"
+        "LeaderEpoch: 4\tHW: 7",
+    ]
