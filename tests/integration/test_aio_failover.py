@@ -31,7 +31,7 @@ from minibroker import Cluster
 
 TOPIC = "orders"
 PARTITIONS = 12
-MESSAGES = 45_000
+MESSAGES = 50_000
 RATE_PER_S = 3_000.0
 ID_HEADER = "failover-id"
 
