@@ -89,6 +89,14 @@ def write_partition(
             "rows already delivered by this attempt will be written again. Pass "
             "raise_on_failed_rows=False to count such rows instead."
         )
+    if summary.failed:
+        _log.warning(
+            "%s of %s rows finally failed and are only counted (raise_on_failed_rows=False); "
+            "first error: %s",
+            summary.failed,
+            produced,
+            handle.failures.first_error,
+        )
     counts.add(summary)
 
 
