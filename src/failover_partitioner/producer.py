@@ -437,7 +437,7 @@ class FailoverProducer:
                 else:
                     p = chooser.next_keyless()
             else:
-                p = chooser.keyed(key)  # type: ignore[arg-type]  # bytes, checked above
+                p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
             if p >= 0:
                 if on_delivery is None and self._plain:
                     # No callback, no headers: no record either (see _report).
