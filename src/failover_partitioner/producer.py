@@ -48,7 +48,8 @@ from failover_partitioner._config import (
     client_settings,
 )
 from failover_partitioner._message import DeliveryReport, Headers, UndeliveredMessage
-from failover_partitioner.choose import ChoiceOptions, PartitionChooser
+from failover_partitioner._topics import TopicState as _TopicState
+from failover_partitioner.choose import PartitionChooser
 from failover_partitioner.errors import (
     ConfigError,
     FailoverError,
@@ -59,16 +60,14 @@ from failover_partitioner.errors import (
     classify,
 )
 from failover_partitioner.health import (
-    PartitionHealth,
     TopicMetadata,
     TopicView,
-    partition_health,
 )
 from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata._refresher import min_isr_option
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource, admin_config
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
-from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
+from failover_partitioner.quarantine import QuarantinePolicy
 from retry_buffer import Entry, RetryBuffer, RetryPolicy
 
 __all__ = ["DeadLetterHook", "DeliveryCallback", "FailoverProducer", "ProducerStatistics"]
@@ -144,39 +143,6 @@ class _Record(DeliveryReport):
                 cb(None, self)
         else:
             self._failure(self, err, msg)
-
-
-class _TopicState:
-    """One topic: its latest metadata, quarantine and chooser. ``lock`` guards rebuilds."""
-
-    __slots__ = ("chooser", "lock", "metadata", "quarantine", "quarantines")
-
-    def __init__(
-        self, metadata: TopicMetadata, policy: QuarantinePolicy, options: ChoiceOptions
-    ) -> None:
-        self.lock = threading.Lock()
-        self.metadata = metadata
-        self.quarantine = Quarantine(policy)
-        self.quarantines = 0
-        self.chooser = PartitionChooser(TopicView.build(metadata), options)
-
-    @property
-    def view(self) -> TopicView:
-        return self.chooser.view
-
-    def rebuild(self) -> None:
-        self.chooser.update(TopicView.build(self.metadata, self.quarantine.partitions))
-
-    def rebuild_unchanged(self) -> None:
-        """Nothing changed but the fetch time: keep the plan, refresh the snapshot's time."""
-        self.chooser.replace_view(TopicView.build(self.metadata, self.quarantine.partitions))
-
-    def usable_by_metadata(self, partition: int) -> bool:
-        parts = self.metadata.partitions
-        if partition >= len(parts):
-            return False
-        state = partition_health(parts[partition], self.metadata.min_insync_replicas)
-        return state is not PartitionHealth.UNAVAILABLE
 
 
 def _kafka_error(error: object) -> Any:
@@ -719,15 +685,8 @@ class FailoverProducer:
         if state is None:
             return
         now = time.monotonic()
-        with state.lock:
-            if partition >= len(state.metadata.partitions):
-                return
-            newly = state.quarantine.strike(partition, now)
-            if newly:
-                state.quarantines += 1
-                self._quarantines += 1
-                state.rebuild()
-        if newly:
+        if state.strike(partition, now):
+            self._quarantines += 1
             logger.info(
                 "partition %s-%d quarantined for %.2f s (strike %d)",
                 topic,
@@ -758,25 +717,8 @@ class FailoverProducer:
                     if state.view.unavailable:
                         self._meta.set_fast(topic, True)
                     return
-        with state.lock:
-            old = state.metadata
-            state.metadata = md
-            if len(md.partitions) < len(old.partitions):
-                state.quarantine.forget(range(len(md.partitions), len(old.partitions)))
-            released = state.quarantine.release_due(time.monotonic(), state.usable_by_metadata)
-            changed = (
-                released
-                or md.partitions != old.partitions
-                or md.min_insync_replicas != old.min_insync_replicas
-                or md.exists != old.exists
-            )
-            if changed:
-                state.rebuild()
-            else:  # same facts: keep the view (and the chooser's rotation), only its age moves
-                state.rebuild_unchanged()
-            # Watch closely while anything is out of use, to see it come back soon.
-            fast = len(state.quarantine) > 0 or bool(state.view.unavailable)
-        self._meta.set_fast(topic, fast)
+        state.apply_metadata(md, time.monotonic())
+        self._meta.set_fast(topic, state.wants_fast_refresh)
         self._attention = True
         self._attention_at = 0.0
 
@@ -792,20 +734,12 @@ class FailoverProducer:
         self._attention = False
         next_at = float("inf")
         for topic, state in list(self._topics.items()):
-            q = state.quarantine
-            if not len(q):
+            if not len(state.quarantine):
                 continue
-            with state.lock:
-                released = q.release_due(now, state.usable_by_metadata)
-                if released:
-                    state.rebuild()
-                # A back-off that has ended but whose partition the metadata still shows
-                # unusable is released by the next metadata update, not by polling here.
-                upcoming = q.next_release_after(now)
-                fast = len(q) > 0 or bool(state.view.unavailable)
+            released, upcoming = state.release_due(now)
             if released:
                 logger.info("partitions %s of %s released from quarantine", released, topic)
-                self._meta.set_fast(topic, fast)
+                self._meta.set_fast(topic, state.wants_fast_refresh)
             if upcoming is not None:
                 next_at = min(next_at, upcoming)
         take = self._buffer.take_failed

@@ -1,0 +1,100 @@
+"""A topic as a producer shell tracks it: metadata, quarantine and chooser, rebuilt together.
+
+Client-agnostic: the confluent-kafka producer and the asyncio one both keep one per topic.
+Callers hold ``lock`` around changes and call :meth:`TopicState.rebuild` after them; the
+chooser then serves the new view (its swap is a single assignment, safe for readers).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from failover_partitioner.choose import ChoiceOptions, PartitionChooser
+from failover_partitioner.health import (
+    PartitionHealth,
+    TopicMetadata,
+    TopicView,
+    partition_health,
+)
+from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
+
+__all__ = ["TopicState"]
+
+
+class TopicState:
+    """One topic: its latest metadata, quarantine and chooser. ``lock`` guards rebuilds."""
+
+    __slots__ = ("chooser", "lock", "metadata", "quarantine", "quarantines")
+
+    def __init__(
+        self, metadata: TopicMetadata, policy: QuarantinePolicy, options: ChoiceOptions
+    ) -> None:
+        self.lock = threading.Lock()
+        self.metadata = metadata
+        self.quarantine = Quarantine(policy)
+        self.quarantines = 0
+        self.chooser = PartitionChooser(TopicView.build(metadata), options)
+
+    @property
+    def view(self) -> TopicView:
+        return self.chooser.view
+
+    def rebuild(self) -> None:
+        self.chooser.update(TopicView.build(self.metadata, self.quarantine.partitions))
+
+    def rebuild_unchanged(self) -> None:
+        """Nothing changed but the fetch time: keep the plan, refresh the snapshot's time."""
+        self.chooser.replace_view(TopicView.build(self.metadata, self.quarantine.partitions))
+
+    def usable_by_metadata(self, partition: int) -> bool:
+        parts = self.metadata.partitions
+        if partition >= len(parts):
+            return False
+        state = partition_health(parts[partition], self.metadata.min_insync_replicas)
+        return state is not PartitionHealth.UNAVAILABLE
+
+    @property
+    def wants_fast_refresh(self) -> bool:
+        """Watch the metadata closely while anything is out of use, to see it come back."""
+        return len(self.quarantine) > 0 or bool(self.view.unavailable)
+
+    def strike(self, partition: int, now: float) -> bool:
+        """A write to ``partition`` failed: quarantine it; True if it newly is."""
+        with self.lock:
+            if partition >= len(self.metadata.partitions):
+                return False
+            newly = self.quarantine.strike(partition, now)
+            if newly:
+                self.quarantines += 1
+                self.rebuild()
+            return newly
+
+    def apply_metadata(self, md: TopicMetadata, now: float) -> None:
+        """Take a new metadata fetch; release quarantines it shows usable and due."""
+        with self.lock:
+            old = self.metadata
+            self.metadata = md
+            if len(md.partitions) < len(old.partitions):
+                self.quarantine.forget(range(len(md.partitions), len(old.partitions)))
+            released = self.quarantine.release_due(now, self.usable_by_metadata)
+            if (
+                released
+                or md.partitions != old.partitions
+                or md.min_insync_replicas != old.min_insync_replicas
+                or md.exists != old.exists
+            ):
+                self.rebuild()
+            else:  # same facts: keep the chooser's rotation; only the snapshot's time moves
+                self.rebuild_unchanged()
+
+    def release_due(self, now: float) -> tuple[list[int], float | None]:
+        """Release due quarantines the metadata shows usable; also the next back-off end.
+
+        A back-off that has ended while the metadata still shows the partition unusable is
+        released by the next metadata update (:meth:`apply_metadata`), not by polling here.
+        """
+        with self.lock:
+            released = self.quarantine.release_due(now, self.usable_by_metadata)
+            if released:
+                self.rebuild()
+            return released, self.quarantine.next_release_after(now)
