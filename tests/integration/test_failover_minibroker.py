@@ -289,3 +289,13 @@ def test_keys_keep_their_partition_and_only_degraded_keys_move(cluster: Cluster)
     wait_for(lambda: not p.health("orders").unavailable, 10, "the producer to see the recovery")
     assert placement() == {k: {home[k]} for k in keys}
     p.close()
+
+
+def test_a_topic_the_cluster_does_not_know_fails_finally() -> None:
+    with Cluster(brokers=1, config={"auto.create.topics.enable": "false"}) as cluster:
+        p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        errors: list[Any] = []
+        p.produce("no-such-topic", b"x", on_delivery=lambda err, report: errors.append(err))
+        assert p.flush(10) == 0
+        p.close()
+    assert [e.code() for e in errors] == [KafkaError.UNKNOWN_TOPIC_OR_PART]

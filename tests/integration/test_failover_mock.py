@@ -340,3 +340,25 @@ def test_ctrl_c_during_flush_loses_nothing(mock: MockCluster) -> None:
     assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
         b"m%d" % i for i in range(10)
     )
+
+
+def test_strict_keys_wait_for_their_own_partition(mock: MockCluster) -> None:
+    """key_policy="strict": a key whose partition keeps refusing writes is never moved; its
+    messages are retried there until the refusals stop, then delivered in place."""
+    p = producer(mock, key_policy="strict", quarantine_backoff_s=0.05, quarantine_max_s=0.1)
+    lead = leaders(p)
+    bad = lead[0]
+    keys = [b"k%d" % i for i in range(60)]
+    home = {k: partition_for_key(k, PARTITIONS) for k in keys}
+    assert any(lead[home[k]] == bad for k in keys)
+    reports = Reports()
+    mock.push_broker_errors(bad, NOT_ENOUGH_REPLICAS, 5)
+    for k in keys:
+        p.produce(TOPIC, k, key=k, on_delivery=reports)
+    assert p.flush(30) == 0
+    p.close()
+    for k in keys:
+        [(err, partition, _)] = reports.by_value[k]
+        assert err is None
+        assert partition == home[k]
+    assert max(a for [(_, _, a)] in reports.by_value.values()) > 1  # the refusals were felt
