@@ -13,7 +13,10 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   own: the producer's one delivery callback counts it out, and if it failed, rebuilds it from
   the client's report (topic, key, value, timestamp are all there). Other messages carry a
   record (a :class:`DeliveryReport` subclass whose ``__call__`` is the callback, so no closure
-  is made per message).
+  is made per message). Headers given as a list of pairs (confluent-kafka's own form) are
+  copied and passed through unchecked: the client checks each pair as it converts it, and when
+  it refuses one the caller gets a ``TypeError`` naming the bad pair, before the message is
+  accepted. A dict, or a list before the topic's metadata is known, is checked in Python.
 * **Failures** are classified (:func:`~failover_partitioner.errors.classify`); the partition
   is quarantined at once when the error says so, and the message enters the
   :class:`retry_buffer.RetryBuffer`, the failed buffer with its retry policy. It can never
@@ -179,6 +182,17 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
         f"headers for topic {topic!r} must be a dict or a list of (str, value) pairs, "
         f"got {type(headers).__name__}"
     )
+
+
+def _check_header_items(headers: Headers, topic: str, refusal: TypeError) -> None:
+    """Raise a clear error naming the pair the client refused (``refusal``), if one is bad."""
+    _normalise_headers(headers, topic)
+    for h in headers:
+        if h[1] is not None and not isinstance(h[1], (str, bytes)):
+            raise TypeError(
+                f"headers for topic {topic!r} must have str, bytes or None values; "
+                f"got the item {h!r}"
+            ) from refusal
 
 
 class FailoverProducer:
@@ -396,7 +410,10 @@ class FailoverProducer:
         if key is not None and type(key) is not bytes:
             _key_bytes(key)  # a bad key type raises here, before the message is accepted
         chooser = self._choosers.get(topic)
-        if chooser is not None and headers is None and self._simple:
+        # Headers already in confluent-kafka's list-of-pairs form (the mirror's) stay inline
+        # too: the client checks each pair as it converts them, and a refusal is reported
+        # with a clear message before the message is accepted (see _produce_raised).
+        if chooser is not None and self._simple and (headers is None or type(headers) is list):
             if key is None:
                 if self._count_bytes:
                     p = chooser.keyless(len(value) if value else 0)
@@ -405,31 +422,35 @@ class FailoverProducer:
             else:
                 p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
             if p >= 0:
-                if on_delivery is None and self._plain:
-                    # No callback, no headers: no record either (see _report).
-                    self._n_in = next(self._c_in)
-                    try:
-                        self._produce_raw(
-                            topic, value, key, p, self._report_cb, None, timestamp or 0
-                        )
-                    except BufferError:
-                        # librdkafka's queue is full: the record path waits it out.
-                        self._produce_with_record(
-                            topic, value, key, headers, on_delivery, timestamp, counted=True
-                        )
-                    except BaseException:
-                        self._uncount()  # not accepted
-                        raise
-                    return
+                if headers is None:
+                    if on_delivery is None and self._plain:
+                        # No callback, no headers: no record either (see _report).
+                        self._n_in = next(self._c_in)
+                        try:
+                            self._produce_raw(
+                                topic, value, key, p, self._report_cb, None, timestamp or 0
+                            )
+                        except BufferError:
+                            # librdkafka's queue is full: the record path waits it out.
+                            self._produce_with_record(
+                                topic, value, key, headers, on_delivery, timestamp, counted=True
+                            )
+                        except BaseException:
+                            self._uncount()  # not accepted
+                            raise
+                        return
+                    kept = None
+                else:
+                    kept = headers[:]  # the caller may reuse its list; a retry needs these
                 rec = self._record_cls()
                 rec._cb = self._default_cb if on_delivery is None else on_delivery
                 rec._entry = None
-                rec._m = (topic, value, key, None, timestamp)
+                rec._m = (topic, value, key, kept, timestamp)
                 rec._partition = p
                 rec._attempts = 1
                 self._n_in = next(self._c_in)
                 try:
-                    self._produce_raw(topic, value, key, p, rec, None, timestamp or 0)
+                    self._produce_raw(topic, value, key, p, rec, None, timestamp or 0, kept)
                 except BaseException as exc:
                     self._produce_raised(rec, exc, first=True)
                 return
@@ -571,6 +592,9 @@ class FailoverProducer:
             # The caller's own mistake (a bad value type, ...) or Ctrl-C: the message was not
             # accepted, so count it out again and let the caller see the exception.
             self._uncount()
+            headers = rec._m[3]
+            if headers is not None and isinstance(exc, TypeError):
+                _check_header_items(headers, rec._m[0], exc)
             raise exc
         if not isinstance(exc, Exception):
             self._wait(rec, exc)  # interrupted while re-producing: keep the message

@@ -362,3 +362,66 @@ def test_strict_keys_wait_for_their_own_partition(mock: MockCluster) -> None:
         assert err is None
         assert partition == home[k]
     assert max(a for [(_, _, a)] in reports.by_value.values()) > 1  # the refusals were felt
+
+
+def test_list_headers_survive_re_producing_and_callbacks_fire_once(mock: MockCluster) -> None:
+    """Headers in confluent-kafka's list form (the mirror's) with a callback per message: the
+    messages refused by one broker are produced again elsewhere with their own headers, and each
+    callback fires exactly once, with success and the headers it was given."""
+    p = producer(mock)
+    bad = leaders(p)[0]
+    n = 600
+    seen: dict[bytes, list[Any]] = {}
+
+    def on_delivery(err: Any, report: DeliveryReport) -> None:
+        value = report.value()
+        assert isinstance(value, bytes)
+        seen.setdefault(value, []).append((err, report.headers(), report.attempts()))
+
+    mock.push_broker_errors(bad, NOT_ENOUGH_REPLICAS, 50)
+    shared = [("src", b"orders")]
+    for i in range(n):
+        headers = [*shared, ("offset", b"%d" % i)]
+        p.produce(TOPIC, b"m%d" % i, headers=headers, on_delivery=on_delivery)
+        headers.append(("after", b"produce"))  # the caller's list is its own again
+    assert p.flush(30) == 0
+    stats = p.statistics()
+    p.close()
+    assert stats.delivered == n
+    assert stats.retries >= 1  # some went through the re-produce path
+    assert len(seen) == n
+    for i in range(n):
+        [(err, headers, _)] = seen[b"m%d" % i]
+        assert err is None
+        assert headers == [("src", b"orders"), ("offset", b"%d" % i)]
+    assert any(attempts > 1 for [(_, _, attempts)] in seen.values())
+    records = consume_all(mock, n)
+    assert len(records) == n
+    assert all(m.headers() == [("src", b"orders"), ("offset", m.value()[1:])] for m in records)
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (("k", 5), "must have str, bytes or None values; got the item \\('k', 5\\)"),
+        (["k", b"v"], "list of \\(str, value\\) pairs; got the item \\['k', b'v'\\]"),
+        (("k", b"v", b"w"), "list of \\(str, value\\) pairs; got the item"),
+    ],
+)
+def test_a_bad_header_pair_is_refused_before_the_message_is_accepted(
+    mock: MockCluster, bad: Any, match: str
+) -> None:
+    p = producer(mock)
+    calls: list[Any] = []
+    p.produce(TOPIC, b"ok", headers=[("h", b"1")], on_delivery=lambda e, r: calls.append(e))
+    with pytest.raises(TypeError, match=match):
+        p.produce(
+            TOPIC, b"bad", headers=[("h", b"1"), bad], on_delivery=lambda e, r: calls.append(e)
+        )
+    assert p.flush(10) == 0
+    stats = p.statistics()
+    assert p.close() == []
+    assert calls == [None]  # the refused message has no callback: the caller got the error
+    assert stats.produced == 1
+    assert stats.in_flight == 0
+    assert [m.value() for m in consume_all(mock, 1)] == [b"ok"]
