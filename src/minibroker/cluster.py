@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import warnings
@@ -279,6 +280,7 @@ class Cluster:
         self.broker_ids = self._cluster.broker_ids
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
         self._closed = False
 
     def start(self) -> Cluster:
@@ -288,28 +290,31 @@ class Cluster:
             raise ClusterClosedError("a closed cluster cannot be started again")
         loop = asyncio.new_event_loop()
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        # An Event, not loop.stop(): a stop requested while the boot coroutine is finishing
+        # would be swallowed by run_until_complete and the thread would never end.
+        stop = asyncio.Event()
+
+        async def serve() -> None:
+            try:
+                await self._cluster.start()
+            except BaseException as exc:
+                ready.set_exception(exc)
+                return
+            ready.set_result(None)
+            try:
+                await stop.wait()
+            finally:
+                await self._cluster.close()
 
         def run() -> None:
             asyncio.set_event_loop(loop)
-
-            async def boot() -> None:
-                try:
-                    await self._cluster.start()
-                except BaseException as exc:
-                    ready.set_exception(exc)
-                    raise
-                ready.set_result(None)
-
             try:
-                loop.run_until_complete(boot())
-            except BaseException:
+                loop.run_until_complete(serve())
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
                 loop.close()
-                return
-            loop.run_forever()
-            loop.run_until_complete(self._cluster.close())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
 
+        self._stop = stop
         self._loop = loop
         self._thread = threading.Thread(target=run, name="minibroker", daemon=True)
         self._thread.start()
@@ -328,7 +333,11 @@ class Cluster:
             return
         self._closed = True
         if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            stop = self._stop
+            if stop is not None and self._thread.is_alive():
+                # RuntimeError: the loop already ended (its thread is finishing)
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(stop.set)
             self._thread.join()
 
     def __enter__(self) -> Cluster:
