@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
@@ -17,6 +17,7 @@ __all__ = [
     "apply_fault",
     "full_isr",
     "read_topic",
+    "read_until",
     "rss_bytes",
     "seed_from_env",
     "wait_for",
@@ -104,9 +105,16 @@ def _headers(raw: object) -> tuple[tuple[str, bytes], ...]:
 def read_topic(cluster: Cluster, topic: str, timeout_s: float = 90.0) -> list[Record]:
     """Every record of ``topic`` below the high watermarks of the moment of the call."""
     ends = {st.partition: st.high_watermark for st in cluster.describe(topic)}
+    return read_until(cluster.bootstrap_servers, topic, ends, timeout_s)
+
+
+def read_until(
+    bootstrap: str, topic: str, ends: Mapping[int, int], timeout_s: float = 90.0
+) -> list[Record]:
+    """Every record of ``topic`` below ``ends`` (partition: offset)."""
     consumer = Consumer(
         {
-            "bootstrap.servers": cluster.bootstrap_servers,
+            "bootstrap.servers": bootstrap,
             "group.id": "reliability-reader",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 50,
