@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from minibroker.config import normalize_value, parse_broker_settings
-from minibroker.errors import ClusterClosedError, ConfigError, TopicError
+from minibroker.errors import ClusterClosedError, ConfigError, MinibrokerError, TopicError
 from minibroker.replication import Partition
 from minibroker.server import ClusterRuntime
 
@@ -156,6 +156,15 @@ class AsyncCluster:
     def _live(self) -> ClusterRuntime:
         if not self._started or self._closed:
             raise ClusterClosedError("the cluster is not running (start it, or it was closed)")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._runtime.loop:
+            raise MinibrokerError(
+                "AsyncCluster methods must be called on the event loop it runs on; "
+                "from other threads use Cluster, which runs its own loop"
+            )
         return self._runtime
 
     @property

@@ -14,7 +14,7 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]  # no py.ty
     TopicPartition,
 )
 
-from minibroker import AsyncCluster
+from minibroker import AsyncCluster, MinibrokerError
 
 
 def run(test: Callable[[AsyncCluster], Awaitable[None]]) -> None:
@@ -123,5 +123,23 @@ def test_group_rebalances_and_a_restarted_member_resumes() -> None:
             await restarted.stop()
         # only the 20 new messages: everything before was committed
         assert len(rest) == 20
+
+    run(scenario)
+
+
+def test_async_cluster_refuses_calls_from_another_thread() -> None:
+    async def scenario(cluster: AsyncCluster) -> None:
+        errors: list[BaseException] = []
+
+        def elsewhere() -> None:
+            try:
+                cluster.create_topic("x", 1, 1)
+            except MinibrokerError as exc:
+                errors.append(exc)
+
+        await asyncio.to_thread(elsewhere)
+        assert len(errors) == 1
+        assert "event loop it runs on" in str(errors[0])
+        assert cluster.topics() == []
 
     run(scenario)
