@@ -377,8 +377,12 @@ class Mirror:
             # A consumed message's headers are always a list of pairs, never the dict form.
             headers: Headers | None = msg.headers()  # type: ignore[assignment]
             if provenance:
-                extra = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
-                headers = headers + extra if headers else extra
+                # One new list per message. The consumed message's list is left as it is: the
+                # client may hand the same list out again (failure reports read it).
+                if headers:
+                    headers = [*headers, *prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
+                else:
+                    headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
             ts_type, ts = msg.timestamp()
             tracker.handed(offset)
             consumed[topic] = consumed.get(topic, 0) + 1
