@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from minibroker.config import BrokerSettings, ConfigStore
 from minibroker.controller import Controller
 from minibroker.errors import BrokerStateError
@@ -349,7 +351,8 @@ class ClusterRuntime:
         for broker in self.brokers.values():
             broker.stop()
         for partition in list(self.controller.partitions()):
-            partition.close(_not_leader())
+            partition.close(ErrorCode.not_leader_or_follower)
+        self.groups.close()
         await asyncio.sleep(0)
 
     @property
@@ -568,9 +571,3 @@ class ClusterRuntime:
         broker.replication_delay_s = delay_ms / 1000
         logger.warning("Broker %d replication delayed by %s ms", broker_id, delay_ms)
         self.refresh_followers(only=broker_id)
-
-
-def _not_leader() -> Any:
-    from kio.schema.errors import ErrorCode
-
-    return ErrorCode.not_leader_or_follower

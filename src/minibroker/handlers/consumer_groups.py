@@ -68,6 +68,7 @@ class GroupService:
         )
         self._waiting: dict[Ticket, Callable[[JoinGroupResult | SyncGroupResult], None]] = {}
         self._timer: Any = None
+        self._closed = False
 
     def coordinator_for(self, group_id: str) -> int:
         """The running broker that serves ``group_id`` (highest rendezvous score)."""
@@ -83,6 +84,8 @@ class GroupService:
         self._waiting[ticket] = reply
 
     def settle(self) -> None:
+        if self._closed:
+            return
         for done in self.coordinator.tick():
             reply = self._waiting.pop(done.ticket, None)
             if reply is not None:
@@ -96,7 +99,19 @@ class GroupService:
             self._timer = self.cluster.loop.call_later(delay, self.settle)
 
     def tick(self, now: float) -> None:
-        self.settle()
+        if not self._closed:
+            self.settle()
+
+    def close(self) -> None:
+        """The cluster is stopping: answer parked requests and stop the timer."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for done in self.coordinator.shutdown():
+            reply = self._waiting.pop(done.ticket, None)
+            if reply is not None:
+                reply(done.result)
 
 
 def _service(ctx: RequestContext) -> GroupService:
