@@ -1,0 +1,218 @@
+"""Bad use of running producers (against minibroker): wrong message types, reuse after close.
+
+The construction-time checks are in tests/unit/test_reliability_misuse.py; these need a
+producer that is connected, or was. Cases marked ``xfail`` are known bugs (the reason says what
+should happen); they turn into failures the day the bug is fixed, to have the marker removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from failover_partitioner import ConfigError, FailoverProducer, ProducerClosed
+from failover_partitioner.aio import AsyncFailoverProducer
+from minibroker import Cluster
+
+TOPIC = "orders"
+
+
+def bug(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, reason=f"known bug: {reason}")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster(brokers=1) as c:
+        c.create_topic(TOPIC, partitions=2, replication_factor=1)
+        yield c
+
+
+@pytest.fixture
+def producer(cluster: Cluster) -> Iterator[Any]:
+    """A connected FailoverProducer, typed Any so that wrong calls reach it."""
+    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers}, produce_timeout_s=1.0)
+    p.health(TOPIC, timeout=10)
+    yield p
+    p.close(0.5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "names"),
+    [
+        ({"value": 123}, TypeError, "'int'"),
+        ({"value": b"x", "key": 1.5}, TypeError, "got float"),
+        ({"value": b"x", "headers": "h"}, TypeError, "got str"),
+        ({"value": b"x", "timestamp": "now"}, TypeError, "'str'"),
+    ],
+    ids=["value int", "key float", "headers str", "timestamp str"],
+)
+def test_produce_refuses_wrong_types_and_accepts_nothing(
+    producer: Any, kwargs: dict[str, Any], error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error, match=re.escape(names)):
+        producer.produce(TOPIC, **kwargs)
+    assert producer.statistics().produced == 0
+    assert producer.flush(5) == 0
+
+
+@pytest.mark.parametrize(
+    ("topic", "names"),
+    [
+        pytest.param(
+            None,
+            "None",
+            marks=bug(
+                "produce(None, ...) is accepted: the message goes to a topic named 'None' and "
+                "fails there finally (UNKNOWN_TOPIC_OR_PART) instead of raising TypeError"
+            ),
+            id="None",
+        ),
+        pytest.param(
+            5,
+            "5",
+            marks=bug("produce(5, ...) is accepted and waits forever for metadata of topic 5"),
+            id="int",
+        ),
+        pytest.param(
+            "",
+            "''",
+            marks=bug("produce('', ...) is accepted and waits forever for metadata of topic ''"),
+            id="empty",
+        ),
+    ],
+)
+def test_produce_refuses_a_topic_that_is_not_a_name(producer: Any, topic: Any, names: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=re.escape(names)):
+        producer.produce(topic, b"x")
+    assert producer.statistics().produced == 0
+
+
+@bug(
+    "produce(on_delivery='cb') is accepted; the next flush() then raises a cryptic SystemError "
+    "('_PyErr_SetObject: exception <class 'str'> is not a BaseException subclass')"
+)
+def test_produce_refuses_a_callback_that_cannot_be_called(cluster: Cluster) -> None:
+    p: Any = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        with pytest.raises(TypeError, match="'cb'"):
+            p.produce(TOPIC, b"x", on_delivery="cb")
+    finally:
+        with contextlib.suppress(SystemError):  # what the bad callback does today
+            p.flush(5)
+        p.close(1)
+
+
+def test_a_closed_producer_refuses_to_produce(cluster: Cluster) -> None:
+    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    p.produce(TOPIC, b"before close")
+    assert p.close(10) == []
+    with pytest.raises(ProducerClosed, match=re.escape("produce() after close()")):
+        p.produce(TOPIC, b"after close")
+    assert p.close() == []  # closing again is harmless and returns the same list
+    assert p.statistics().delivered == 1
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda p: p.poll(0), id="poll"),
+        pytest.param(lambda p: p.flush(0), id="flush"),
+        pytest.param(lambda p: p.health(TOPIC + "-new"), id="health of a new topic"),
+    ],
+)
+@bug(
+    "after close(), poll() and flush() return 0 as if all was well, and health() of a topic it "
+    "never saw asks the closed client for metadata ('Handle has been closed') and raises "
+    "MetadataUnavailable saying the producer keeps trying in the background; each should raise "
+    "ProducerClosed"
+)
+def test_a_closed_producer_refuses_every_other_call(cluster: Cluster, call: Any) -> None:
+    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    p.close(10)
+    started = time.monotonic()
+    with pytest.raises(ProducerClosed):
+        call(p)
+    assert time.monotonic() - started < 1.0
+
+
+@bug(
+    "close(-1) raises ConfigError for the timeout only after closing the producer: the caller "
+    "gets an exception instead of the list of undelivered messages, and the producer is closed"
+)
+def test_close_with_a_bad_timeout_refuses_it_and_stays_open(cluster: Cluster) -> None:
+    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        with pytest.raises(ConfigError, match="got -1"):
+            p.close(-1)
+        p.produce(TOPIC, b"still open")
+        assert p.flush(10) == 0
+    finally:
+        p.close(10)
+
+
+@pytest.mark.parametrize(
+    ("metrics_port", "names"),
+    [
+        pytest.param(
+            -1,
+            "metrics_port",
+            marks=bug("metrics_port=-1 escapes as socket.gaierror, naming neither"),
+            id="negative",
+        ),
+        pytest.param(
+            70_000,
+            "metrics_port",
+            marks=bug("metrics_port=70000 escapes as OverflowError from bind()"),
+            id="above 65535",
+        ),
+    ],
+)
+def test_a_metrics_port_out_of_range_is_a_config_error(
+    cluster: Cluster, metrics_port: int, names: str
+) -> None:
+    made: Any = None
+    try:
+        with pytest.raises(ConfigError, match=names):
+            made = FailoverProducer(
+                {"bootstrap.servers": cluster.bootstrap_servers}, metrics_port=metrics_port
+            )
+    finally:
+        if made is not None:
+            made.close(5)
+
+
+def test_the_async_producer_refuses_wrong_types_and_reuse_after_stop(cluster: Cluster) -> None:
+    async def run() -> None:
+        ap: Any = AsyncFailoverProducer(bootstrap_servers=cluster.bootstrap_servers)
+        await ap.start()
+        try:
+            cases: list[tuple[dict[str, Any], str]] = [
+                ({"value": 123}, "got int"),
+                ({"value": b"x", "key": 1.5}, "got float"),
+                ({"value": b"x", "headers": "h"}, "got str"),
+                ({"value": b"x", "timestamp_ms": "now"}, "got 'now'"),
+            ]
+            for kwargs, names in cases:
+                with pytest.raises(TypeError, match=re.escape(names)):
+                    await ap.send(TOPIC, **kwargs)
+            with pytest.raises(TypeError, match=re.escape("got ''")):
+                await ap.send("", b"x")
+            with pytest.raises(ConfigError, match="got -1"):
+                await ap.flush(-1)
+            assert ap.statistics().produced == 0
+            await ap.send_and_wait(TOPIC, b"fine")
+        finally:
+            assert await ap.stop(10) == []
+        with pytest.raises(ProducerClosed, match=re.escape(f"send to {TOPIC!r} after stop()")):
+            await ap.send(TOPIC, b"late")
+        assert await ap.stop() == []
+        assert ap.statistics().delivered == 1
+
+    asyncio.run(run())
