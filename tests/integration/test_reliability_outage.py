@@ -27,10 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from failover_partitioner import FailoverProducer, ProducerStatistics, ProduceTimeout
 from failover_partitioner.aio import AsyncFailoverProducer
 from minibroker import Cluster
 from tests.integration.reliability_support import full_isr, read_topic, rss_bytes, wait_for
+
+pytestmark = pytest.mark.chaos
 
 TOPIC = "outage"
 PARTITIONS = 6
