@@ -23,11 +23,12 @@ working throughout (an acknowledgement at least every few seconds), and every me
 acknowledged before or during the fuzz is still there, with nothing foreign added.
 
 The cluster runs in a child process, so that a crash is a failed assertion, not a dead test
-run. Three known bugs are kept out of the way, each exposed by its own test below (marked
-``xfail`` until fixed): frames that abort kio's native decoder are set aside after a screening
-run in a throwaway process; CreateTopics and CreatePartitions keep to small partition counts (a
-request for 2**31-1 partitions freezes every broker); and a null array where Kafka forbids one,
-which closes the connection as an internal error, is counted apart.
+run. Known bugs are kept out of the way, each exposed by its own test below (marked ``xfail``
+until fixed): frames that abort kio's native decoder are set aside after a screening run in a
+throwaway process; CreateTopics and CreatePartitions keep to small partition counts (a request
+for 2**31-1 partitions freezes every broker); and nulls that make a handler fail (an array Kafka
+forbids to be null, a topic named by id only), which close the connection as an internal error,
+are counted apart.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -146,8 +148,6 @@ def _random_value(
         raw = rng.randbytes(rng.choice([0, 1, 8, 61, 70, 200]))
         return raw if tp is bytes else tp(raw)
     if kafka_type == "uuid":
-        import uuid
-
         return uuid.UUID(int=rng.getrandbits(128))
     if kafka_type == "float64":
         return rng.choice([0.0, -1.0, 1e308, float("nan")])
@@ -792,8 +792,8 @@ def test_random_frames_never_crash_the_broker_nor_lose_acknowledged_messages(
         broker.close()
 
     # The broker never failed on the input (a handler error would log it and close), but for
-    # the known null-array case (see test_a_null_array_where_kafka_forbids_one_is_...).
-    known = [e for e in errors if e.endswith(NULL_ARRAY_ERROR)]
+    # the known null cases (see the two tests on nulls below).
+    known = [e for e in errors if e.endswith(KNOWN_ERRORS)]
     unexpected = sorted(set(errors) - set(known))
     assert unexpected == [], "\n".join(unexpected)
     # The real clients kept working while the fuzz ran.
@@ -814,7 +814,7 @@ def test_random_frames_never_crash_the_broker_nor_lose_acknowledged_messages(
     print(
         f"{sent} frames in {ended - began:.1f} s over {WORKERS} connections at a time "
         f"({len(aborting)} more set aside: they abort kio's decoder, frames {aborting}; "
-        f"{len(known)} closed as internal errors on a null array, a known bug): "
+        f"{len(known)} closed as internal errors on a null, known bugs): "
         f"{dict(sorted(kinds.items()))}; outcomes {dict(sorted(by_outcome.items()))}; "
         f"live client: {acked_during} acknowledgements during the fuzz, longest gap "
         f"{longest_gap_s:.2f} s; {len(pre_acked)} messages acknowledged before and "
@@ -912,6 +912,10 @@ def test_a_create_topics_for_two_billion_partitions_is_refused() -> None:
 # serialized as null") and the request is dropped as malformed. kio decodes it as None, and the
 # handlers fail on it: the connection still closes, but as an internal error with a traceback.
 NULL_ARRAY_ERROR = "TypeError: 'NoneType' object is not iterable"
+# A null the request may carry (a Metadata v10+ topic named by id only) copied into a response
+# field that must not be null: encoding the answer fails.
+NULL_ECHO_ERROR = "TypeError: Unexpectedly received None value"
+KNOWN_ERRORS = (NULL_ARRAY_ERROR, NULL_ECHO_ERROR)
 
 
 @pytest.mark.xfail(
@@ -926,4 +930,27 @@ def test_a_null_array_where_kafka_forbids_one_is_a_malformed_request() -> None:
     frame = bytes.fromhex("000a0004000000010004") + b"fuzz" + bytes.fromhex("00000000")
     code, outcome, log = one_frame(frame)
     assert (code, outcome) == (0, "closed alive")
+    assert "failed serving" not in log, log[-1500:]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known minibroker bug: a Metadata v10+ request naming a topic by id only (name null) "
+    "is answered with the null name in a field that must not be null; encoding fails and the "
+    "connection closes as an internal error. Kafka answers UNKNOWN_TOPIC_ID (or the topic). "
+    "Remove this marker once fixed.",
+)
+def test_a_metadata_request_by_topic_id_is_answered() -> None:
+    request = encode_values(
+        3,
+        10,
+        {
+            "topics": [{"name": None, "topic_id": uuid.UUID(int=0)}],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    code, outcome, log = one_frame(request)
+    assert (code, outcome) == (0, "answered alive"), log[-1500:]
     assert "failed serving" not in log, log[-1500:]
