@@ -346,6 +346,10 @@ class AsyncFailoverProducer:
             isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
         ):
             raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ConfigError(
+                f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}"
+            )
         self._refresh = (
             check_positive_number("metadata_refresh_s", metadata_refresh_s),
             check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import threading
 import time
 import warnings
@@ -184,6 +185,20 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
     )
 
 
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def _check_topic(topic: object) -> None:
+    """Refuse a topic that is not a legal Kafka topic name (the client would wait forever)."""
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, got {topic!r} ({type(topic).__name__})")
+    if topic in (".", "..") or _TOPIC_NAME.fullmatch(topic) is None:
+        raise ValueError(
+            f"topic {topic!r} is not a legal Kafka topic name: use 1 to 249 of the "
+            f"characters a-z A-Z 0-9 . _ -, and not '.' or '..'"
+        )
+
+
 def _check_header_items(headers: Headers, topic: str, refusal: TypeError) -> None:
     """Raise a clear error naming the pair the client refused (``refusal``), if one is bad."""
     _normalise_headers(headers, topic)
@@ -294,6 +309,10 @@ class FailoverProducer:
             isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
         ):
             raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ConfigError(
+                f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}"
+            )
 
         self._options = options
         self._default_cb = settings.default_on_delivery
@@ -410,6 +429,8 @@ class FailoverProducer:
         if key is not None and type(key) is not bytes:
             _key_bytes(key)  # a bad key type raises here, before the message is accepted
         chooser = self._choosers.get(topic)
+        if chooser is None:
+            _check_topic(topic)  # a known topic was checked when first seen
         # Headers already in confluent-kafka's list-of-pairs form (the mirror's) stay inline
         # too: the client checks each pair as it converts them, and a refusal is reported
         # with a clear message before the message is accepted (see _produce_raised).

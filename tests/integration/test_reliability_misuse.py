@@ -68,22 +68,16 @@ def test_produce_refuses_wrong_types_and_accepts_nothing(
         pytest.param(
             None,
             "None",
-            marks=bug(
-                "produce(None, ...) is accepted: the message goes to a topic named 'None' and "
-                "fails there finally (UNKNOWN_TOPIC_OR_PART) instead of raising TypeError"
-            ),
             id="None",
         ),
         pytest.param(
             5,
             "5",
-            marks=bug("produce(5, ...) is accepted and waits forever for metadata of topic 5"),
             id="int",
         ),
         pytest.param(
             "",
             "''",
-            marks=bug("produce('', ...) is accepted and waits forever for metadata of topic ''"),
             id="empty",
         ),
     ],
@@ -163,13 +157,11 @@ def test_close_with_a_bad_timeout_refuses_it_and_stays_open(cluster: Cluster) ->
         pytest.param(
             -1,
             "metrics_port",
-            marks=bug("metrics_port=-1 escapes as socket.gaierror, naming neither"),
             id="negative",
         ),
         pytest.param(
             70_000,
             "metrics_port",
-            marks=bug("metrics_port=70000 escapes as OverflowError from bind()"),
             id="above 65535",
         ),
     ],
