@@ -82,11 +82,20 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
     bad_keys = [k for k in conf if not isinstance(k, str)]
     if bad_keys:
         raise ConfigError(f"conf keys must be strings (librdkafka property names), got {bad_keys}")
-    if "bootstrap.servers" not in conf and "test.mock.num.brokers" not in conf:
-        raise ConfigError(
-            "conf has no 'bootstrap.servers'; give the cluster's addresses, "
-            "e.g. {'bootstrap.servers': 'host:9092'}"
-        )
+    # librdkafka's mock cluster replaces the servers; metadata.broker.list is their old name.
+    if "test.mock.num.brokers" not in conf:
+        name = "bootstrap.servers" if "metadata.broker.list" not in conf else "metadata.broker.list"
+        if name not in conf:
+            raise ConfigError(
+                "conf has no 'bootstrap.servers'; give the cluster's addresses, "
+                "e.g. {'bootstrap.servers': 'host:9092'}"
+            )
+        servers = conf[name]
+        if not isinstance(servers, str) or not servers.strip():
+            raise ConfigError(
+                f"conf['{name}'] must name the cluster's addresses, got {servers!r}: "
+                "e.g. {'bootstrap.servers': 'host:9092'}"
+            )
     if "transactional.id" in conf:
         raise ConfigError(
             "conf sets 'transactional.id': transactions pin messages to partitions for "
