@@ -180,3 +180,20 @@ def test_kafka_python_admin_round_trip(cluster: Cluster) -> None:
         assert "kp-admin" not in cluster.topics()
     finally:
         admin.close()
+
+
+def test_a_partition_count_above_the_cap_is_refused(cluster: Cluster) -> None:
+    # aiokafka, because librdkafka refuses more than 100,000 partitions itself, before sending.
+    async def scenario() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        await admin.start()
+        try:
+            answer: Any = await admin.create_topics([NewTopic("aio-huge", 100_001, 1)])
+            [(name, code, message)] = answer.topic_errors
+            assert (name, code) == ("aio-huge", 37)  # INVALID_PARTITIONS
+            assert "100001 partitions" in message
+        finally:
+            await admin.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert "aio-huge" not in cluster.topics()

@@ -880,12 +880,6 @@ def test_a_compact_array_length_beyond_32_bits_does_not_abort_the_broker() -> No
     assert (code, outcome) == (0, "closed alive"), log[-500:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known minibroker bug: CreateTopics with num_partitions=2**31-1 builds every "
-    "partition on the event loop and freezes all brokers; Kafka refuses more than 10,000 "
-    "partitions per request (POLICY_VIOLATION). Remove this marker once fixed.",
-)
 def test_a_create_topics_for_two_billion_partitions_is_refused() -> None:
     request = encode_values(
         19,

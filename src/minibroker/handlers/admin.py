@@ -32,6 +32,18 @@ _TOPIC = 2
 _BROKER = 4
 _SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
 
+# Every partition is built on the event loop: an absurd count would freeze every broker.
+MAX_PARTITIONS_PER_TOPIC = 100_000
+
+
+def _too_many_partitions(count: int) -> str | None:
+    """The refusal of a partition count above the cap, or None if the count may go on."""
+    if count <= MAX_PARTITIONS_PER_TOPIC:
+        return None
+    return (
+        f"{count} partitions is more than minibroker's cap of {MAX_PARTITIONS_PER_TOPIC} per topic"
+    )
+
 
 def _config_entries(configs: Iterable[ResolvedConfig]) -> list[dict[str, Any]]:
     return [
@@ -77,6 +89,11 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> None:
             result["error_code"] = ErrorCode.invalid_config
             result["error_message"] = "a topic config value is null"
             continue
+        refusal = _too_many_partitions(creatable.num_partitions)
+        if refusal is not None:
+            result["error_code"] = ErrorCode.invalid_partitions
+            result["error_message"] = refusal
+            continue
         assignments = [a.broker_ids for a in sorted(creatable.assignments, key=_by_index)]
         try:
             topic = controller.create_topic(
@@ -112,6 +129,11 @@ def handle_create_partitions(ctx: RequestContext, request: Any) -> None:
     for item in request.topics:
         result: dict[str, Any] = {"name": item.name, "error_code": ErrorCode.none}
         results.append(result)
+        refusal = _too_many_partitions(item.count)
+        if refusal is not None:
+            result["error_code"] = ErrorCode.invalid_partitions
+            result["error_message"] = refusal
+            continue
         assignments = [a.broker_ids for a in item.assignments] if item.assignments else None
         try:
             cluster.controller.add_partitions(
