@@ -428,6 +428,8 @@ class FailoverProducer:
             self._wait_for_room(topic, value, key, headers, timestamp)
         if key is not None and type(key) is not bytes:
             _key_bytes(key)  # a bad key type raises here, before the message is accepted
+        if on_delivery is not None and not callable(on_delivery):
+            raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
         chooser = self._choosers.get(topic)
         if chooser is None:
             _check_topic(topic)  # a known topic was checked when first seen

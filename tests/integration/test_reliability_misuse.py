@@ -88,10 +88,6 @@ def test_produce_refuses_a_topic_that_is_not_a_name(producer: Any, topic: Any, n
     assert producer.statistics().produced == 0
 
 
-@bug(
-    "produce(on_delivery='cb') is accepted; the next flush() then raises a cryptic SystemError "
-    "('_PyErr_SetObject: exception <class 'str'> is not a BaseException subclass')"
-)
 def test_produce_refuses_a_callback_that_cannot_be_called(cluster: Cluster) -> None:
     p: Any = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
     try:
