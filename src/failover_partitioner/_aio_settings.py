@@ -117,6 +117,11 @@ def aio_client_settings(kwargs: Mapping[str, Any]) -> AioClientSettings:
             f"{REROUTE_WARNING_MS / 1000:g} s); leave it unset to use "
             f"{CLIENT_DEFAULTS['request_timeout_ms']} ms"
         )
+    if "linger_ms" in client_kwargs and _number("linger_ms", client_kwargs["linger_ms"]) < 0:
+        raise ConfigError(f"linger_ms={client_kwargs['linger_ms']!r} must be >= 0 milliseconds")
+    acks = client_kwargs["acks"]
+    if isinstance(acks, bool) or acks not in (0, 1, -1, "all"):
+        raise ConfigError(f"acks={acks!r} must be 0, 1, -1 or 'all'")
     max_request_size = client_kwargs.get("max_request_size", 1_048_576)
     if isinstance(max_request_size, bool) or not isinstance(max_request_size, int):
         raise ConfigError(f"max_request_size must be an int of bytes, got {max_request_size!r}")
