@@ -335,8 +335,8 @@ def test_mirror_options_refuse_bad_use_naming_the_value(case: Case) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "names"),
     [
-        pytest.param(kwargs, names, marks=bug(why), id=name)
-        for name, kwargs, names, why in [
+        pytest.param(kwargs, names, id=name)
+        for name, kwargs, names, _why in [
             (
                 "commit interval as text",
                 {"commit_interval_s": "5"},

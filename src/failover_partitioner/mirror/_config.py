@@ -232,6 +232,7 @@ class MirrorOptions:
     """Most messages taken from the consumer in one call."""
 
     def __post_init__(self) -> None:
+        self._check_types()
         consumer = dict(_frozen(self.consumer_config, "consumer config"))
         producer = dict(_frozen(self.producer_config, "producer config"))
         if self.source_bootstrap is not None:
@@ -291,6 +292,30 @@ class MirrorOptions:
                 f"--status-interval must be >= 0 seconds (0 turns it off), "
                 f"not {self.status_interval_s}"
             )
+
+    def _check_types(self) -> None:
+        """Refuse a wrong type by name, before a later check fails on it obscurely."""
+        for name, kinds, what in (
+            ("include", (str,), "a regular expression"),
+            ("rename", (str,), "a template"),
+            ("exclude", (str, type(None)), "a regular expression or None"),
+            ("dead_letter_topic", (str, type(None)), "a topic name or None"),
+            ("consumer_config", (Mapping, type(None)), "a dict of settings"),
+            ("producer_config", (Mapping, type(None)), "a dict of settings"),
+            ("provenance_headers", (bool,), "True or False"),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, kinds):
+                raise MirrorConfigError(f"{name} must be {what}, not {value!r}")
+        for name in (
+            "commit_interval_s",
+            "status_interval_s",
+            "drain_timeout_s",
+            "topic_refresh_interval_s",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise MirrorConfigError(f"{name} must be a number of seconds, not {value!r}")
 
     @property
     def source_servers(self) -> str:
