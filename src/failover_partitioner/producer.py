@@ -892,6 +892,8 @@ class FailoverProducer:
         if self._undelivered is not None:
             return list(self._undelivered)
         self._check_not_in_callback("close")
+        if timeout is not None:  # refused before anything is closed
+            timeout = check_positive_number("timeout", timeout, allow_zero=True)
         client = self._client
         try:
             if self.flush(timeout):

@@ -132,10 +132,6 @@ def test_a_closed_producer_refuses_every_other_call(cluster: Cluster, call: Any)
     assert time.monotonic() - started < 1.0
 
 
-@bug(
-    "close(-1) raises ConfigError for the timeout only after closing the producer: the caller "
-    "gets an exception instead of the list of undelivered messages, and the producer is closed"
-)
 def test_close_with_a_bad_timeout_refuses_it_and_stays_open(cluster: Cluster) -> None:
     p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
     try:
