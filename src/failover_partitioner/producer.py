@@ -185,6 +185,11 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
     )
 
 
+def _refusal_text(exc: confluent_kafka.KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)
+
+
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
@@ -358,7 +363,10 @@ class FailoverProducer:
                 "_failure": self._on_failure,
             },
         )
-        self._client = confluent_kafka.Producer(settings.client_conf)
+        try:
+            self._client = confluent_kafka.Producer(settings.client_conf)
+        except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
+            raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
         self._produce_raw = self._client.produce
         self._report_cb = self._report  # bound once: a bound method per message costs
         # A message needs a record when someone must hear of it: a callback (its own or the

@@ -113,10 +113,6 @@ def test_failover_producer_refuses_bad_use_naming_the_value(case: Case) -> None:
         pytest.param(
             lambda: FP({**BASE, "lingerr.ms": 5}),
             '"lingerr.ms"',
-            marks=bug(
-                "an unknown librdkafka property escapes as confluent_kafka.KafkaException, "
-                "not the package's ConfigError (the Spark writer wraps the same check)"
-            ),
             id="unknown client property is a ConfigError",
         ),
         pytest.param(
