@@ -843,7 +843,7 @@ class FailoverProducer:
         """
         self._check_not_in_callback("poll")
         if self._closed:
-            return 0
+            raise ProducerClosed("poll() after close()")
         timeout = check_positive_number("timeout", timeout, allow_zero=True)
         deadline = time.monotonic() + timeout
         served = 0
@@ -867,7 +867,7 @@ class FailoverProducer:
         """
         self._check_not_in_callback("flush")
         if self._closed:
-            return 0
+            raise ProducerClosed("flush() after close()")
         if timeout is not None:
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -959,6 +959,8 @@ class FailoverProducer:
         state = self._topics.get(topic)
         if state is None:
             self._check_not_in_callback("health")
+            if self._closed:  # the client is gone: its metadata cannot be fetched
+                raise ProducerClosed(f"health({topic!r}) of a new topic after close()")
             with self._topics_lock:
                 self._watched.add(topic)
             self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
