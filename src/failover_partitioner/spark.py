@@ -85,6 +85,10 @@ class KafkaBatchWriter:
         raise_on_failed_rows: bool = True,
         **failover_options: Any,
     ) -> None:
+        if topic is not None and (not isinstance(topic, str) or not topic):
+            raise ConfigError(
+                f"topic must be a topic name, or None to use each row's topic column, got {topic!r}"
+            )
         self._topic = topic
         self._settings = check_settings(producer_config, failover_options)
         self._flush_timeout_s = check_flush_timeout(flush_timeout_s)

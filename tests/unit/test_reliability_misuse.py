@@ -476,9 +476,5 @@ def test_spark_writer_refuses_bad_settings_on_the_driver_naming_the_value(case: 
     check(*case)
 
 
-@bug(
-    "KafkaBatchWriter(topic=5) is accepted; the topic is only checked when the first micro-batch "
-    "arrives, although the class says its settings are checked at construction"
-)
 def test_spark_batch_writer_checks_its_topic_at_construction() -> None:
     check(lambda: _writer(5, BASE), ConfigError, "5")
