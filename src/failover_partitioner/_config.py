@@ -17,6 +17,7 @@ from typing import Any
 
 from failover_partitioner.choose import ChoiceOptions
 from failover_partitioner.errors import ConfigError
+from failover_partitioner.quarantine import QuarantinePolicy
 
 __all__ = ["CLIENT_DEFAULTS", "ClientSettings", "FailoverConfigWarning", "client_settings"]
 
@@ -189,3 +190,41 @@ def choice_options(
         sticky_messages=sticky_messages,  # type: ignore[arg-type]
         sticky_bytes=sticky_bytes,  # type: ignore[arg-type]
     )
+
+
+def shared_options(
+    *,
+    quarantine_backoff_s: object,
+    quarantine_max_s: object,
+    message_id_header: object,
+    dead_letter: object,
+    dead_letter_args: str,
+    metrics_port: object,
+) -> QuarantinePolicy:
+    """Check the options both producers take alike; return the quarantine policy.
+
+    ``dead_letter_args`` names the hook's arguments in the error (the producers pass it
+    different things: ``"message, err"`` or ``"message, exc"``).
+    """
+    try:
+        policy = QuarantinePolicy(
+            initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
+            max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if message_id_header is not None and (
+        not isinstance(message_id_header, str) or not message_id_header
+    ):
+        raise ConfigError(
+            f"message_id_header must be a non-empty header name or None, got {message_id_header!r}"
+        )
+    if dead_letter is not None and not callable(dead_letter):
+        raise ConfigError(f"dead_letter must be callable({dead_letter_args}), got {dead_letter!r}")
+    if metrics_port is not None and (
+        isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
+    ):
+        raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
+    if metrics_port is not None and not 0 <= metrics_port <= 65535:
+        raise ConfigError(f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}")
+    return policy

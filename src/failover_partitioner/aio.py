@@ -60,6 +60,7 @@ from failover_partitioner._config import (
     check_count,
     check_positive_number,
     choice_options,
+    shared_options,
 )
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
@@ -326,30 +327,14 @@ class AsyncFailoverProducer:
                 f"({retry_backoff_s!r})"
             )
         self._metadata_timeout_s = check_positive_number("metadata_timeout_s", metadata_timeout_s)
-        try:
-            self._qpolicy = QuarantinePolicy(
-                initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
-                max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
-            )
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if message_id_header is not None and (
-            not isinstance(message_id_header, str) or not message_id_header
-        ):
-            raise ConfigError(
-                f"message_id_header must be a non-empty header name or None, "
-                f"got {message_id_header!r}"
-            )
-        if dead_letter is not None and not callable(dead_letter):
-            raise ConfigError(f"dead_letter must be callable(message, exc), got {dead_letter!r}")
-        if metrics_port is not None and (
-            isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
-        ):
-            raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
-        if metrics_port is not None and not 0 <= metrics_port <= 65535:
-            raise ConfigError(
-                f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}"
-            )
+        self._qpolicy = shared_options(
+            quarantine_backoff_s=quarantine_backoff_s,
+            quarantine_max_s=quarantine_max_s,
+            message_id_header=message_id_header,
+            dead_letter=dead_letter,
+            dead_letter_args="message, exc",
+            metrics_port=metrics_port,
+        )
         self._refresh = (
             check_positive_number("metadata_refresh_s", metadata_refresh_s),
             check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),

@@ -50,6 +50,7 @@ from failover_partitioner._config import (
     check_positive_number,
     choice_options,
     client_settings,
+    shared_options,
 )
 from failover_partitioner._message import DeliveryReport, Headers, UndeliveredMessage
 from failover_partitioner._topics import TopicState as _TopicState
@@ -71,7 +72,6 @@ from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata._refresher import min_isr_option
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource, admin_config
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
-from failover_partitioner.quarantine import QuarantinePolicy
 from retry_buffer import Entry, RetryBuffer, RetryPolicy
 
 __all__ = ["DeadLetterHook", "DeliveryCallback", "FailoverProducer", "ProducerStatistics"]
@@ -294,30 +294,14 @@ class FailoverProducer:
             check_positive_number("min_isr_refresh_s", min_isr_refresh_s),
         )
         min_isr = min_isr_option(min_insync_replicas)
-        try:
-            self._qpolicy = QuarantinePolicy(
-                initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
-                max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
-            )
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if message_id_header is not None and (
-            not isinstance(message_id_header, str) or not message_id_header
-        ):
-            raise ConfigError(
-                f"message_id_header must be a non-empty header name or None, "
-                f"got {message_id_header!r}"
-            )
-        if dead_letter is not None and not callable(dead_letter):
-            raise ConfigError(f"dead_letter must be callable(message, err), got {dead_letter!r}")
-        if metrics_port is not None and (
-            isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
-        ):
-            raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
-        if metrics_port is not None and not 0 <= metrics_port <= 65535:
-            raise ConfigError(
-                f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}"
-            )
+        self._qpolicy = shared_options(
+            quarantine_backoff_s=quarantine_backoff_s,
+            quarantine_max_s=quarantine_max_s,
+            message_id_header=message_id_header,
+            dead_letter=dead_letter,
+            dead_letter_args="message, err",
+            metrics_port=metrics_port,
+        )
 
         self._options = options
         self._default_cb = settings.default_on_delivery
