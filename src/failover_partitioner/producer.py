@@ -360,6 +360,10 @@ class FailoverProducer:
         self._simple = message_id_header is None and not self._only_errors
         self._topics: dict[str, _TopicState] = {}
         self._choosers: dict[str, PartitionChooser] = {}
+        # The choosers of topics whose keyless messages without callback, headers or
+        # timestamp take produce()'s shortest path (filled only when every such message can).
+        self._bare: dict[str, PartitionChooser] = {}
+        self._bare_ok = self._plain and self._simple and not self._count_bytes
         self._topics_lock = threading.Lock()
         self._watched: set[str] = set()
         self._local = threading.local()
@@ -416,6 +420,32 @@ class FailoverProducer:
         # measurable share of a message's time next to librdkafka's own produce().
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
+        if key is None and headers is None and on_delivery is None and timestamp is None:
+            # Keyless, nothing to keep: no record (see _report). The dict holds a topic only
+            # when such a message needs nothing else (no default callback, no id header, no
+            # byte budget), so one lookup stands for all those checks.
+            chooser = self._bare.get(topic)
+            if chooser is not None:
+                # Count in first: next() is atomic, so the check sees this message too.
+                n = next(self._c_in)
+                self._n_in = n
+                if n - self._n_out > self._limit:
+                    self._wait_counted(topic, value)
+                p = chooser.next_keyless()
+                if p >= 0:
+                    try:
+                        self._produce_raw(topic, value, None, p, self._report_cb)
+                    except BufferError:
+                        # librdkafka's queue is full: the record path waits it out.
+                        self._produce_with_record(
+                            topic, value, None, None, None, None, counted=True
+                        )
+                    except BaseException:
+                        self._uncount()  # not accepted (e.g. a value of a wrong type)
+                        raise
+                    return
+                self._produce_with_record(topic, value, None, None, None, None, counted=True)
+                return
         if self._n_in - self._n_out >= self._limit:
             self._wait_for_room(topic, value, key, headers, timestamp)
         if key is not None and type(key) is not bytes:
@@ -511,11 +541,17 @@ class FailoverProducer:
         key: bytes | str | None,
         headers: object,
         timestamp: int | None,
+        *,
+        counted: bool = False,
     ) -> None:
-        """Serve callbacks and retries until a message may be counted in, or time out."""
+        """Serve callbacks and retries until a message may be counted in, or time out.
+
+        ``counted``: the message is already counted in, so it waits for the others only.
+        """
         timeout = self._produce_timeout_s
         deadline = time.monotonic() + timeout
-        while self._exact_in_flight() >= self._limit:
+        limit = self._limit + counted
+        while self._exact_in_flight() >= limit:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._in_callback():
                 out = _normalise_headers(headers, topic)
@@ -533,6 +569,14 @@ class FailoverProducer:
             self._poll_client(min(remaining, 0.05))
             if self._attention:
                 self._service()
+
+    def _wait_counted(self, topic: str, value: bytes | str | None) -> None:
+        """``_wait_for_room`` for a message already counted in (uncounted if it times out)."""
+        try:
+            self._wait_for_room(topic, value, None, None, None, counted=True)
+        except BaseException:
+            self._uncount()
+            raise
 
     def _exact_in_flight(self) -> int:
         return _count_value(self._c_in) - _count_value(self._c_out)
@@ -751,6 +795,8 @@ class FailoverProducer:
                     state = _TopicState(md, self._qpolicy, self._options)
                     self._topics[topic] = state
                     self._choosers[topic] = state.chooser
+                    if self._bare_ok:
+                        self._bare[topic] = state.chooser
                     self._attention = True
                     self._attention_at = 0.0
                     if state.view.unavailable:

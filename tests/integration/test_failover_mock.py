@@ -222,9 +222,12 @@ def test_keys_stay_on_their_murmur2_partition_and_only_degraded_ones_move(
     p.close()
 
 
+@pytest.mark.parametrize("key", [b"k", None], ids=["keyed", "keyless"])
 def test_produce_waits_at_the_inflow_limit_then_raises_with_the_message(
-    mock: MockCluster,
+    mock: MockCluster, key: bytes | None
 ) -> None:
+    # Keyless messages without callback take produce()'s shortest path, which counts a message
+    # in before it checks the limit: the refused one must not stay counted.
     p = producer(mock, max_in_flight=5, produce_timeout_s=0.3)
     p.health(TOPIC)
     for b in range(1, 4):
@@ -233,10 +236,12 @@ def test_produce_waits_at_the_inflow_limit_then_raises_with_the_message(
         p.produce(TOPIC, b"m%d" % i)
     start = time.monotonic()
     with pytest.raises(ProduceTimeout, match="max_in_flight=5") as info:
-        p.produce(TOPIC, b"the sixth", key=b"k")
+        p.produce(TOPIC, b"the sixth", key=key)
     assert time.monotonic() - start >= 0.3
     assert info.value.message.value == b"the sixth"
-    assert info.value.message.key == b"k"
+    assert info.value.message.key == key
+    assert p.statistics().produced == 5
+    assert len(p) == 5
     left = p.close(timeout=0.2)
     # Nothing is dropped silently: close hands back the five accepted messages.
     assert sorted(m.value for m in left if isinstance(m.value, bytes)) == [
