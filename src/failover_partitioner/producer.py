@@ -130,7 +130,7 @@ class _Record(DeliveryReport):
     # Set per producer on a subclass made in FailoverProducer.__init__, so that a record needs
     # no reference of its own (bound methods are not re-bound when read through an instance).
     # Typed Any: mypy would read callables stored on a class as methods taking self.
-    _producer: ClassVar[Any]
+    _c_out: ClassVar[Any]
     _delivered: ClassVar[Any]
     _failure: ClassVar[Any]
 
@@ -139,8 +139,7 @@ class _Record(DeliveryReport):
             entry = self._entry
             if entry is not None:
                 self._delivered(entry)
-            p = self._producer
-            p._n_out = next(p._c_out)
+            next(self._c_out)
             cb = self._cb
             if cb is not None:
                 self._msg = msg
@@ -314,8 +313,9 @@ class FailoverProducer:
         self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
         self._limit = limit
 
-        # In and out counts of the inflow gate (see the module doc); _n_in/_n_out hold the
-        # latest numbers handed out, for the hot path's check.
+        # In and out counts of the inflow gate (see the module doc), and for the hot path's
+        # check the latest number counted in and a number counted out no higher than the
+        # latest: deliveries do not store theirs, the check refreshes it when it fails.
         self._c_in = itertools.count(1)
         self._c_out = itertools.count(1)
         self._n_in = 0
@@ -342,7 +342,7 @@ class FailoverProducer:
             (_Record,),
             {
                 "__slots__": (),
-                "_producer": self,
+                "_c_out": self._c_out,
                 "_delivered": self._buffer.delivered,
                 "_failure": self._on_failure,
             },
@@ -360,10 +360,10 @@ class FailoverProducer:
         self._simple = message_id_header is None and not self._only_errors
         self._topics: dict[str, _TopicState] = {}
         self._choosers: dict[str, PartitionChooser] = {}
-        # The choosers of topics whose keyless messages without callback, headers or
-        # timestamp take produce()'s shortest path (filled only when every such message can).
+        # The choosers of topics whose keyless messages without headers or timestamp take
+        # produce()'s shortest path (filled only when every such message can).
         self._bare: dict[str, PartitionChooser] = {}
-        self._bare_ok = self._plain and self._simple and not self._count_bytes
+        self._bare_ok = self._simple and not self._count_bytes
         self._topics_lock = threading.Lock()
         self._watched: set[str] = set()
         self._local = threading.local()
@@ -420,12 +420,18 @@ class FailoverProducer:
         # measurable share of a message's time next to librdkafka's own produce().
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
-        if key is None and headers is None and on_delivery is None and timestamp is None:
-            # Keyless, nothing to keep: no record (see _report). The dict holds a topic only
-            # when such a message needs nothing else (no default callback, no id header, no
+        if key is None and headers is None and timestamp is None:
+            # Keyless, nothing but perhaps a callback to keep. The dict holds a topic only
+            # when such a message needs nothing else (no id header, no errors-only wrapper, no
             # byte budget), so one lookup stands for all those checks.
             chooser = self._bare.get(topic)
             if chooser is not None:
+                if on_delivery is None:
+                    on_delivery = self._default_cb
+                elif not callable(on_delivery):
+                    raise TypeError(
+                        f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}"
+                    )
                 # Count in first: next() is atomic, so the check sees this message too.
                 n = next(self._c_in)
                 self._n_in = n
@@ -433,18 +439,31 @@ class FailoverProducer:
                     self._wait_counted(topic, value)
                 p = chooser.next_keyless()
                 if p >= 0:
+                    if on_delivery is None:
+                        # No callback either: no record (see _report).
+                        try:
+                            self._produce_raw(topic, value, None, p, self._report_cb)
+                        except BufferError:
+                            # librdkafka's queue is full: the record path waits it out.
+                            self._produce_with_record(
+                                topic, value, None, None, None, None, counted=True
+                            )
+                        except BaseException:
+                            self._uncount()  # not accepted (e.g. a value of a wrong type)
+                            raise
+                        return
+                    rec = self._record_cls()
+                    rec._cb = on_delivery
+                    rec._entry = None
+                    rec._m = (topic, value, None, None, None)
+                    rec._partition = p
+                    rec._attempts = 1
                     try:
-                        self._produce_raw(topic, value, None, p, self._report_cb)
-                    except BufferError:
-                        # librdkafka's queue is full: the record path waits it out.
-                        self._produce_with_record(
-                            topic, value, None, None, None, None, counted=True
-                        )
-                    except BaseException:
-                        self._uncount()  # not accepted (e.g. a value of a wrong type)
-                        raise
+                        self._produce_raw(topic, value, None, p, rec)
+                    except BaseException as exc:
+                        self._produce_raised(rec, exc, first=True)
                     return
-                self._produce_with_record(topic, value, None, None, None, None, counted=True)
+                self._produce_with_record(topic, value, None, None, on_delivery, None, counted=True)
                 return
         if self._n_in - self._n_out >= self._limit:
             self._wait_for_room(topic, value, key, headers, timestamp)
@@ -569,6 +588,9 @@ class FailoverProducer:
             self._poll_client(min(remaining, 0.05))
             if self._attention:
                 self._service()
+        # The hot path's _n_out is a lower bound (deliveries do not store theirs): refresh it,
+        # or its check would fail again at once.
+        self._n_out = _count_value(self._c_out)
 
     def _wait_counted(self, topic: str, value: bytes | str | None) -> None:
         """``_wait_for_room`` for a message already counted in (uncounted if it times out)."""
@@ -584,7 +606,7 @@ class FailoverProducer:
     def _report(self, err: Any, msg: Any) -> None:
         """The delivery callback of messages produced without a record."""
         if err is None:
-            self._n_out = next(self._c_out)
+            next(self._c_out)
             return
         # Rebuild the message from the report (headers were none) and treat it as a record's.
         rec = self._record_cls()

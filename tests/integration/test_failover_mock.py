@@ -283,6 +283,25 @@ def test_default_callback_from_conf_and_bad_input(mock: MockCluster) -> None:
     p.close()
 
 
+def test_a_known_topic_refuses_bad_input_on_every_path(mock: MockCluster) -> None:
+    """The keyless paths of a topic already known check as much as the first message's."""
+    p = producer(mock)
+    p.health(TOPIC)
+    with pytest.raises(TypeError, match="on_delivery must be callable"):
+        p.produce(TOPIC, b"x", on_delivery="cb")  # type: ignore[arg-type]  # on purpose
+    with pytest.raises(TypeError):
+        p.produce(TOPIC, 12345)  # type: ignore[arg-type]  # on purpose
+    with pytest.raises(TypeError):
+        p.produce(TOPIC, 12345, on_delivery=lambda err, msg: None)  # type: ignore[arg-type]
+    stats = p.statistics()
+    assert (stats.produced, stats.in_flight) == (0, 0)
+    seen: list[Any] = []
+    p.produce(TOPIC, b"ok", on_delivery=lambda err, msg: seen.append((err, msg.value())))
+    assert p.flush(10) == 0
+    assert seen == [(None, b"ok")]
+    p.close()
+
+
 def test_close_hands_back_what_could_not_be_delivered(mock: MockCluster) -> None:
     p = producer(mock)
     p.health(TOPIC)
