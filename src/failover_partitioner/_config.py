@@ -15,11 +15,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from failover_partitioner.choose import ChoiceOptions
+from failover_partitioner.choose import (
+    STICKY_BYTES_DEFAULT,
+    STICKY_MESSAGES_DEFAULT,
+    ChoiceOptions,
+)
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.quarantine import QuarantinePolicy
 
-__all__ = ["CLIENT_DEFAULTS", "ClientSettings", "FailoverConfigWarning", "client_settings"]
+__all__ = [
+    "CLIENT_DEFAULTS",
+    "STICKY_BYTES_DEFAULT",
+    "STICKY_MESSAGES_DEFAULT",
+    "ClientSettings",
+    "FailoverConfigWarning",
+    "client_settings",
+]
 
 
 class FailoverConfigWarning(UserWarning):

@@ -56,6 +56,8 @@ from failover_partitioner._aio_metadata import (
 from failover_partitioner._aio_settings import aio_client_settings
 from failover_partitioner._aio_wake import Wakeup
 from failover_partitioner._config import (
+    STICKY_BYTES_DEFAULT,
+    STICKY_MESSAGES_DEFAULT,
     FailoverConfigWarning,
     check_count,
     check_positive_number,
@@ -274,8 +276,8 @@ class AsyncFailoverProducer:
         key_policy: str = "failover",
         headroom: bool = False,
         client_rack: str | None = None,
-        sticky_messages: int = 1000,
-        sticky_bytes: int = 1_000_000,
+        sticky_messages: int = STICKY_MESSAGES_DEFAULT,
+        sticky_bytes: int | None = STICKY_BYTES_DEFAULT,
         max_in_flight: int = 50_000,
         produce_timeout_s: float = 5.0,
         delivery_timeout_s: float | None = None,
@@ -351,7 +353,7 @@ class AsyncFailoverProducer:
         self._message_id_header = message_id_header
         self._id_prefix = os.urandom(8).hex().encode()
         self._dead_letter = dead_letter
-        self._count_bytes = self._options.strategy == "sticky"
+        self._count_bytes = self._options.counts_bytes
         self._name = settings.client_id or f"failover-async-producer-{next(_names)}"
         self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
 

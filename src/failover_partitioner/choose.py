@@ -48,6 +48,13 @@ _STRATEGIES: Final = ("round_robin", "sticky")
 _KEY_POLICIES: Final = ("failover", "strict")
 _M64: Final = 0xFFFFFFFFFFFFFFFF
 
+# The sticky strategy's defaults, the same for both producers (they take them from here):
+# move on after this many messages; no byte budget, because counting bytes costs a Python
+# call per keyless message, more than the confluent-kafka producer's hot path can afford.
+# Set sticky_bytes when messages are large.
+STICKY_MESSAGES_DEFAULT: Final = 1000
+STICKY_BYTES_DEFAULT: Final[int | None] = None
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChoiceOptions:
@@ -57,8 +64,8 @@ class ChoiceOptions:
     key_policy: KeyPolicy = "failover"
     headroom: bool = False
     client_rack: str | None = None
-    sticky_messages: int = 1000
-    sticky_bytes: int | None = None
+    sticky_messages: int = STICKY_MESSAGES_DEFAULT
+    sticky_bytes: int | None = STICKY_BYTES_DEFAULT
 
     def __post_init__(self) -> None:
         if self.strategy not in _STRATEGIES:

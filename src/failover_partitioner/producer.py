@@ -45,6 +45,8 @@ import confluent_kafka
 from confluent_kafka import KafkaError
 
 from failover_partitioner._config import (
+    STICKY_BYTES_DEFAULT,
+    STICKY_MESSAGES_DEFAULT,
     FailoverConfigWarning,
     check_count,
     check_positive_number,
@@ -233,8 +235,8 @@ class FailoverProducer:
         key_policy: str = "failover",
         headroom: bool = False,
         client_rack: str | None = None,
-        sticky_messages: int = 1000,
-        sticky_bytes: int | None = None,
+        sticky_messages: int = STICKY_MESSAGES_DEFAULT,
+        sticky_bytes: int | None = STICKY_BYTES_DEFAULT,
         max_in_flight: int = 50_000,
         produce_timeout_s: float = 5.0,
         delivery_timeout_s: float | None = None,
