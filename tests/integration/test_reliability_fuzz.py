@@ -22,13 +22,12 @@ The brokers never crash or stop answering, no handler fails on the input, the re
 working throughout (an acknowledgement at least every few seconds), and every message
 acknowledged before or during the fuzz is still there, with nothing foreign added.
 
-The cluster runs in a child process, so that a crash is a failed assertion, not a dead test
-run. Known bugs are kept out of the way, each exposed by its own test below (marked ``xfail``
-until fixed): frames that abort kio's native decoder are set aside after a screening run in a
-throwaway process; CreateTopics and CreatePartitions keep to small partition counts (a request
-for 2**31-1 partitions freezes every broker); and nulls that make a handler fail (an array Kafka
-forbids to be null, a topic named by id only), which close the connection as an internal error,
-are counted apart.
+Every frame goes to the live brokers. A frame that breaks its request schema (a length beyond
+the bytes left, a compact length beyond 32 bits, a null where the schema forbids one) is refused
+before decoding, logged and its connection closed, as Kafka does; the broker must log no other
+error. The cluster runs in a child process, so that a crash is a failed assertion, not a dead
+test run. CreateTopics and CreatePartitions keep to small partition counts: the broker accepts up
+to 100,000 partitions per topic, and creating that many would only slow the run down.
 """
 
 from __future__ import annotations
@@ -59,10 +58,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
-from minibroker.protocol.codec import build, request_class
+from minibroker import Cluster
+from minibroker.protocol.codec import build, request_class, response_class
 from minibroker.protocol.versions import SUPPORTED_VERSIONS
 from tests.integration.reliability_support import read_until, seed_from_env, wait_for
 
@@ -632,6 +632,10 @@ class BrokerChild:
                 out.append(f"{line} -> {lines[end - 1].strip()}")
         return out
 
+    def refused(self) -> int:
+        """How many frames the brokers refused as malformed (and closed the connection on)."""
+        return self.log.read_text(errors="replace").count(": malformed request: ")
+
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
@@ -649,95 +653,6 @@ class BrokerChild:
         self._stderr.close()
 
 
-_SCREEN = """
-import json, os, resource, struct, sys
-from minibroker.protocol.codec import MalformedRequest, decode_request, peek_header
-from minibroker.protocol.versions import SUPPORTED_VERSIONS, is_supported
-
-LIMIT = int(sys.argv[1])
-stream = sys.stdin.buffer.read()
-items, at = [], 0
-while at < len(stream):
-    size = struct.unpack_from(">i", stream, at)[0]
-    items.append(stream[at + 4 : at + 4 + size])
-    at += 4 + size
-
-
-def screen_from(start, done_fd):
-    for data in items[start:]:
-        position = 0
-        # The server's path: split frames, check the header, decode (what can abort).
-        while len(data) - position >= 4:
-            size = struct.unpack_from(">i", data, position)[0]
-            if size < 0 or size > LIMIT or position + 4 + size > len(data):
-                break
-            frame = data[position + 4 : position + 4 + size]
-            position += 4 + size
-            try:
-                key, version, _ = peek_header(frame)
-                if not is_supported(key, version, SUPPORTED_VERSIONS):
-                    break
-                decode_request(frame)
-            except MalformedRequest:
-                break
-        os.write(done_fd, b".")
-    os._exit(0)
-
-
-# Each attempt runs in a fork, so that an abort costs a fork, not a new interpreter; the
-# decoders are built here first, or every fork would build them again.
-for key, (low, high) in SUPPORTED_VERSIONS.items():
-    for version in range(low, high + 1):
-        try:
-            decode_request(struct.pack(">hhih", key, version, 0, -1))
-        except MalformedRequest:
-            pass
-aborting, start = [], 0
-while start < len(items):
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        screen_from(start, write_fd)
-    os.close(write_fd)
-    done = 0
-    while chunk := os.read(read_fd, 65536):
-        done += len(chunk)
-    os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        break
-    aborting.append(start + done)
-    start += done + 1
-print(json.dumps(aborting))
-"""
-
-
-def screen(frames: list[Frame]) -> tuple[list[Frame], list[int]]:
-    """The frames minus those that abort kio's native decoder (and so the whole process).
-
-    A known bug (see ``test_a_compact_array_length_beyond_32_bits_does_not_abort_the_broker``):
-    kio 0.6.5 allocates an array as long as the length read from the wire claims, and the Rust
-    runtime aborts when that fails. Each frame is decoded in a throwaway process first; one that
-    kills it is set aside. With the bug fixed, nothing is set aside.
-    """
-    child = subprocess.run(
-        [sys.executable, "-c", _SCREEN, str(MAX_REQUEST_BYTES)],
-        input=b"".join(LEN.pack(len(f.data)) + f.data for f in frames),
-        capture_output=True,
-        timeout=120,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "RUST_BACKTRACE": "0"},  # a backtrace per abort costs a second
-    )
-    aborting: list[int] = json.loads(child.stdout)
-    if aborting:
-        assert b"memory allocation of" in child.stderr, child.stderr[-2000:]
-    skip = set(aborting)
-    return [f for i, f in enumerate(frames) if i not in skip], aborting
-
-
 def api_versions_answered(address: str) -> bool:
     host, port = address.split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
@@ -751,7 +666,7 @@ def test_random_frames_never_crash_the_broker_nor_lose_acknowledged_messages(
 ) -> None:
     seed = seed_from_env("FUZZ_SEED", DEFAULT_SEED)
     print(f"fuzz seed {seed} (FUZZ_SEED={seed} replays the frames)")
-    frames, aborting = screen(make_frames(seed, FRAMES, realistic_requests()))
+    frames = make_frames(seed, FRAMES, realistic_requests())
     broker = BrokerChild(tmp_path / "broker.log")
     try:
         bootstrap = broker.bootstrap
@@ -788,14 +703,12 @@ def test_random_frames_never_crash_the_broker_nor_lose_acknowledged_messages(
         assert live.failed == [], live.failed[:5]
         stored = {r.value for r in read_until(bootstrap, PROTECTED, broker.ends(PROTECTED))}
         errors = broker.errors()
+        refused = broker.refused()
     finally:
         broker.close()
 
-    # The broker never failed on the input (a handler error would log it and close), but for
-    # the known null cases (see the two tests on nulls below).
-    known = [e for e in errors if e.endswith(KNOWN_ERRORS)]
-    unexpected = sorted(set(errors) - set(known))
-    assert unexpected == [], "\n".join(unexpected)
+    # The broker never failed on the input (a handler error would log it and close).
+    assert errors == [], "\n".join(sorted(set(errors)))
     # The real clients kept working while the fuzz ran.
     stamps = [began] + [t for t, _ in live.acked if began <= t <= ended] + [ended]
     longest_gap_s = max(b - a for a, b in itertools.pairwise(stamps))
@@ -813,8 +726,7 @@ def test_random_frames_never_crash_the_broker_nor_lose_acknowledged_messages(
     by_outcome = Counter(key.split("/")[1] for key in outcomes.elements())
     print(
         f"{sent} frames in {ended - began:.1f} s over {WORKERS} connections at a time "
-        f"({len(aborting)} more set aside: they abort kio's decoder, frames {aborting}; "
-        f"{len(known)} closed as internal errors on a null, known bugs): "
+        f"({refused} refused as malformed before decoding): "
         f"{dict(sorted(kinds.items()))}; outcomes {dict(sorted(by_outcome.items()))}; "
         f"live client: {acked_during} acknowledgements during the fuzz, longest gap "
         f"{longest_gap_s:.2f} s; {len(pre_acked)} messages acknowledged before and "
@@ -866,18 +778,15 @@ def one_frame(payload: bytes) -> tuple[int, str, str]:
     return child.returncode, child.stdout.strip(), child.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (kio 0.6.5 native decoder, reached through minibroker's decode_request): "
-    "a compact array length beyond 32 bits makes it allocate that many elements and the Rust "
-    "runtime aborts the whole process. Remove this marker once fixed.",
-)
-def test_a_compact_array_length_beyond_32_bits_does_not_abort_the_broker() -> None:
+def test_a_compact_array_length_beyond_32_bits_is_refused_not_an_abort() -> None:
     # FindCoordinator v4 (header v2: key, version, correlation id, client id, no tags), then
-    # key_type 0 and coordinator_keys whose unsigned varint length is 0x3d833d... (> 2**32).
+    # key_type 0 and coordinator_keys whose unsigned varint length is 0x3d833d... (> 2**32):
+    # kio 0.6.5's native decoder would try to allocate that many elements and abort.
     frame = bytes.fromhex("000a0004000000010004") + b"fuzz" + bytes.fromhex("0000bfcf91833d")
     code, outcome, log = one_frame(frame)
     assert (code, outcome) == (0, "closed alive"), log[-500:]
+    assert "malformed request: FindCoordinator v4 coordinator_keys: " in log, log[-500:]
+    assert "beyond 32 bits" in log, log[-500:]
 
 
 def test_a_create_topics_for_two_billion_partitions_is_refused() -> None:
@@ -902,39 +811,20 @@ def test_a_create_topics_for_two_billion_partitions_is_refused() -> None:
     assert (code, outcome) == (0, "answered alive"), log[-500:]
 
 
-# Kafka's generated readers refuse null for a non-nullable array ("non-nullable field ... was
-# serialized as null") and the request is dropped as malformed. kio decodes it as None, and the
-# handlers fail on it: the connection still closes, but as an internal error with a traceback.
-NULL_ARRAY_ERROR = "TypeError: 'NoneType' object is not iterable"
-# A null the request may carry (a Metadata v10+ topic named by id only) copied into a response
-# field that must not be null: encoding the answer fails.
-NULL_ECHO_ERROR = "TypeError: Unexpectedly received None value"
-KNOWN_ERRORS = (NULL_ARRAY_ERROR, NULL_ECHO_ERROR)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a null compact array in a non-nullable field (kio decodes it as None) "
-    "reaches the handler, which fails with TypeError and logs an internal error; it should be "
-    "refused as a malformed request. Remove this marker once fixed.",
-)
 def test_a_null_array_where_kafka_forbids_one_is_a_malformed_request() -> None:
-    # FindCoordinator v4: header v2, then key_type 0, coordinator_keys of compact length 0
+    # Kafka's generated readers refuse null for a non-nullable array ("non-nullable field ...
+    # was serialized as null") and the request is dropped as malformed; kio would decode it as
+    # None. FindCoordinator v4: header v2, then key_type 0, coordinator_keys of compact length 0
     # (null), no tagged fields.
     frame = bytes.fromhex("000a0004000000010004") + b"fuzz" + bytes.fromhex("00000000")
     code, outcome, log = one_frame(frame)
-    assert (code, outcome) == (0, "closed alive")
+    assert (code, outcome) == (0, "closed alive"), log[-1500:]
     assert "failed serving" not in log, log[-1500:]
+    assert "coordinator_keys: null array in a non-nullable field" in log, log[-1500:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known minibroker bug: a Metadata v10+ request naming a topic by id only (name null) "
-    "is answered with the null name in a field that must not be null; encoding fails and the "
-    "connection closes as an internal error. Kafka answers UNKNOWN_TOPIC_ID (or the topic). "
-    "Remove this marker once fixed.",
-)
-def test_a_metadata_request_by_topic_id_is_answered() -> None:
+def test_a_metadata_v10_request_by_topic_id_is_answered() -> None:
+    # v10 and v11 carry a topic id field but must not use it; Kafka answers INVALID_REQUEST.
     request = encode_values(
         3,
         10,
@@ -948,3 +838,54 @@ def test_a_metadata_request_by_topic_id_is_answered() -> None:
     code, outcome, log = one_frame(request)
     assert (code, outcome) == (0, "answered alive"), log[-1500:]
     assert "failed serving" not in log, log[-1500:]
+
+
+def _metadata(bootstrap: str, version: int, topics: list[dict[str, Any]]) -> Any:
+    """Send one Metadata request over a socket and decode the answer."""
+    request = encode_values(
+        3,
+        version,
+        {
+            "topics": topics,
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    host, port = bootstrap.split(",")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(_prefixed(request))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + LEN.unpack_from(data)[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "the broker closed the connection"
+            data += chunk
+    cls = response_class(3, version)
+    _, used = entity_reader(cls.__header_schema__)(data, 4)
+    return entity_reader(cls)(data, 4 + used)[0]
+
+
+def test_metadata_names_topics_by_id_from_v12_and_refuses_ids_before() -> None:
+    unknown = uuid.UUID(int=7)
+    with Cluster(brokers=1) as cluster:
+        cluster.create_topic("by-id", partitions=2, replication_factor=1)
+        by_name = _metadata(cluster.bootstrap_servers, 12, [{"name": "by-id", "topic_id": None}])
+        topic_id = by_name.topics[0].topic_id
+        assert isinstance(topic_id, uuid.UUID)
+        assert topic_id.int != 0
+
+        answer = _metadata(
+            cluster.bootstrap_servers,
+            12,
+            [{"name": None, "topic_id": topic_id}, {"name": None, "topic_id": unknown}],
+        )
+        known, missing = answer.topics
+        assert (known.error_code, known.name, known.topic_id) == (0, "by-id", topic_id)
+        assert len(known.partitions) == 2
+        assert (missing.error_code, missing.name, missing.topic_id) == (100, None, unknown)
+
+        for version in (10, 11):
+            refused = _metadata(
+                cluster.bootstrap_servers, version, [{"name": None, "topic_id": topic_id}]
+            )
+            assert [(t.error_code, t.name, t.partitions) for t in refused.topics] == [(42, "", ())]

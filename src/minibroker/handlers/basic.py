@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -24,6 +25,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NO_AUTHORIZED_OPERATIONS = -(2**31)
+# Metadata names a topic by id from v12 on; v10 and v11 carry the field but must leave it unset.
+_METADATA_TOPIC_IDS_VERSION = 12
 
 
 def handle_api_versions(ctx: RequestContext, request: Any) -> None:
@@ -58,7 +61,15 @@ def handle_metadata(ctx: RequestContext, request: Any) -> None:
     controller = cluster.controller
     version = ctx.api_version
     requested = request.topics
-    names: tuple[str | None, ...] | None
+    if (
+        requested
+        and version < _METADATA_TOPIC_IDS_VERSION
+        and any(t.name is None or getattr(t, "topic_id", None) is not None for t in requested)
+    ):
+        _refuse_topic_ids(ctx, requested)
+        return
+    # A topic named by an id no topic has stays that id (answered UNKNOWN_TOPIC_ID).
+    names: tuple[str | uuid.UUID | None, ...] | None
     if requested is None or (version == 0 and not requested):
         names = None
     else:
@@ -74,7 +85,7 @@ def handle_metadata(ctx: RequestContext, request: Any) -> None:
     if names is not None:
         auto_create = allow_auto and cluster.settings.get_bool("auto.create.topics.enable")
         for name in names:
-            if name is None or name in controller.topics:
+            if not isinstance(name, str) or name in controller.topics:
                 continue
             if not auto_create:
                 errors[name] = (ErrorCode.unknown_topic_or_partition, "unknown topic")
@@ -86,12 +97,12 @@ def handle_metadata(ctx: RequestContext, request: Any) -> None:
     topic_names = list(controller.topics) if names is None else names
     topics: list[dict[str, Any]] = []
     for name in topic_names:
-        if name is None:
+        if not isinstance(name, str):
             topics.append(
                 {
                     "error_code": ErrorCode.unknown_topic_id,
                     "name": None,
-                    "topic_id": None,
+                    "topic_id": name,
                     "partitions": [],
                 }
             )
@@ -142,15 +153,47 @@ def handle_metadata(ctx: RequestContext, request: Any) -> None:
     ctx.respond_frame(frame_with_body(cls, ctx.correlation_id, body))
 
 
-def _requested_name(cluster: ClusterRuntime, topic: Any) -> str | None:
+def _requested_name(cluster: ClusterRuntime, topic: Any) -> str | uuid.UUID | None:
+    """The topic's name, resolved from its id when named by id; else the unknown id."""
     name = getattr(topic, "name", None)
     if name is not None:
         return str(name)
-    topic_id = getattr(topic, "topic_id", None)
+    topic_id: uuid.UUID | None = getattr(topic, "topic_id", None)
     for candidate in cluster.controller.topics.values():
         if candidate.topic_id == topic_id:
             return candidate.name
-    return None
+    return topic_id
+
+
+def _refuse_topic_ids(ctx: RequestContext, requested: Any) -> None:
+    # As Kafka (KafkaApis.handleTopicMetadataRequest): v10 and v11 must name every topic and
+    # leave its id unset; otherwise each topic is answered INVALID_REQUEST, a null name as "".
+    logger.info(
+        "Broker %d: Metadata v%d names a topic by id, which needs v%d",
+        ctx.broker_id,
+        ctx.api_version,
+        _METADATA_TOPIC_IDS_VERSION,
+    )
+    ctx.respond(
+        {
+            "throttle_time": 0,
+            "brokers": [],
+            "cluster_id": None,
+            "controller_id": -1,
+            "topics": [
+                {
+                    "error_code": ErrorCode.invalid_request,
+                    "name": t.name if t.name is not None else "",
+                    "topic_id": t.topic_id,
+                    "is_internal": False,
+                    "partitions": [],
+                    "topic_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+                }
+                for t in requested
+            ],
+            "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+        }
+    )
 
 
 def handle_describe_cluster(ctx: RequestContext, request: Any) -> None:

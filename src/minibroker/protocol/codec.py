@@ -22,6 +22,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from minibroker.protocol.validate import MalformedRequest, validate_request
+
 __all__ = [
     "DecodedRequest",
     "MalformedRequest",
@@ -37,10 +39,6 @@ __all__ = [
 
 _HEADER_PREFIX = struct.Struct(">hhi")
 _LENGTH = struct.Struct(">i")
-
-
-class MalformedRequest(Exception):
-    """The frame does not decode as the request its header announces."""
 
 
 class DecodedRequest(NamedTuple):
@@ -76,8 +74,13 @@ def _readers(api_key: int, api_version: int) -> tuple[Callable[..., Any], Callab
 
 
 def decode_request(frame: bytes) -> DecodedRequest:
-    """Decode a whole request frame (without its length prefix) whose version is supported."""
+    """Decode a whole request frame (without its length prefix) whose version is supported.
+
+    The frame is checked against its schema first (see ``validate``): kio's native reader must
+    never see a length it would trust into an abort, nor a null where the schema forbids one.
+    """
     api_key, api_version, correlation_id = peek_header(frame)
+    validate_request(frame, api_key, api_version, request_class(api_key, api_version))
     read_header, read_body = _readers(api_key, api_version)
     try:
         header, used = read_header(frame, 0)
