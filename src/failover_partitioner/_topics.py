@@ -27,13 +27,20 @@ class TopicState:
     __slots__ = ("chooser", "lock", "metadata", "quarantine", "quarantines")
 
     def __init__(
-        self, metadata: TopicMetadata, policy: QuarantinePolicy, options: ChoiceOptions
+        self,
+        metadata: TopicMetadata,
+        policy: QuarantinePolicy,
+        options: ChoiceOptions,
+        *,
+        client_sticky: bool = False,
     ) -> None:
         self.lock = threading.Lock()
         self.metadata = metadata
         self.quarantine = Quarantine(policy)
         self.quarantines = 0
-        self.chooser = PartitionChooser(TopicView.build(metadata), options)
+        self.chooser = PartitionChooser(
+            TopicView.build(metadata), options, client_sticky=client_sticky
+        )
 
     @property
     def view(self) -> TopicView:

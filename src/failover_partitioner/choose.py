@@ -20,6 +20,17 @@ Keyed messages
 
 :data:`NO_PARTITION` (-1) also answers a keyless message when no partition is usable.
 
+Leaving the choice to the client
+    A chooser made with ``client_sticky=True`` (the confluent-kafka producer's, for
+    ``strategy="sticky"`` without ``sticky_bytes``, ``headroom`` or ``client_rack``) answers
+    keyless messages with :data:`CLIENT_PARTITIONER` while every partition of the topic is
+    usable: librdkafka's own sticky partitioner (KIP-480: it moves to a new partition each
+    ``sticky.partitioning.linger.ms``) then places the message, which is the same rule and
+    cheaper than an explicit partition (larger batches, no Python call). ``sticky_messages``
+    governs the choice only while the topic is degraded. A partition that fails between the
+    check and the send is the race every choice has: the failure quarantines it, the view
+    stops covering every partition, and the retry is placed explicitly.
+
 Everything the hot path needs is precomputed per view in a :class:`_Plan` that is swapped as one
 attribute; a keyless round-robin choice is one ``next()`` on an ``itertools.cycle``.
 """
@@ -36,10 +47,20 @@ from failover_partitioner._murmur2 import partition_for_key, positive_murmur2
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.health import TopicView
 
-__all__ = ["NO_PARTITION", "ChoiceOptions", "KeyPolicy", "PartitionChooser", "Strategy"]
+__all__ = [
+    "CLIENT_PARTITIONER",
+    "NO_PARTITION",
+    "ChoiceOptions",
+    "KeyPolicy",
+    "PartitionChooser",
+    "Strategy",
+]
 
 NO_PARTITION: Final = -1
 """Returned when the message must wait: nothing usable, or a strict key's partition is down."""
+
+CLIENT_PARTITIONER: Final = -2
+"""Returned (by a ``client_sticky`` chooser) when the client's own partitioner places it."""
 
 Strategy = Literal["round_robin", "sticky"]
 KeyPolicy = Literal["failover", "strict"]
@@ -92,6 +113,17 @@ class ChoiceOptions:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
 
     @property
+    def client_can_stick(self) -> bool:
+        """True when librdkafka's sticky partitioner follows the same rule as ours (for
+        keyless messages of a topic whose every partition is usable)."""
+        return (
+            self.strategy == "sticky"
+            and self.sticky_bytes is None
+            and not self.headroom
+            and self.client_rack is None
+        )
+
+    @property
     def counts_bytes(self) -> bool:
         """True when a keyless choice needs the message's size (sticky with a byte budget)."""
         return self.strategy == "sticky" and self.sticky_bytes is not None
@@ -125,7 +157,13 @@ class _Plan:
 
     __slots__ = ("candidate_set", "candidates", "cycle", "num_partitions", "usable", "usable_mask")
 
-    def __init__(self, view: TopicView, options: ChoiceOptions, rng: random.Random) -> None:
+    def __init__(
+        self,
+        view: TopicView,
+        options: ChoiceOptions,
+        rng: random.Random,
+        client_sticky: bool = False,
+    ) -> None:
         self.num_partitions = view.num_partitions
         self.usable = view.usable
         mask = [False] * view.num_partitions
@@ -143,14 +181,16 @@ class _Plan:
                 candidates = local
         self.candidates = candidates
         self.candidate_set = frozenset(candidates)
-        if candidates:
+        if client_sticky and 0 < len(view.usable) == view.num_partitions:
+            self.cycle: Iterator[int] = itertools.repeat(CLIENT_PARTITIONER)
+        elif candidates:
             # Start at a random place so frequent view swaps do not favour low partition ids.
             k = rng.randrange(len(candidates))
             order = candidates[k:] + candidates[:k]
             if options.strategy == "sticky" and options.sticky_bytes is None:
                 # Sticky by count is round robin over each partition repeated: one next() too.
                 order = tuple(p for p in order for _ in range(options.sticky_messages))
-            self.cycle: Iterator[int] = itertools.cycle(order)
+            self.cycle = itertools.cycle(order)
         else:
             self.cycle = itertools.repeat(NO_PARTITION)
 
@@ -190,6 +230,7 @@ class PartitionChooser:
     """
 
     __slots__ = (
+        "_client_sticky",
         "_home",
         "_options",
         "_plan",
@@ -213,8 +254,11 @@ class PartitionChooser:
         rng: random.Random | None = None,
         home: Callable[[bytes, int], int] = partition_for_key,
         seed: Callable[[bytes], int] = positive_murmur2,
+        client_sticky: bool = False,
     ) -> None:
         self._options = options or ChoiceOptions()
+        # Leave keyless messages to the client while the topic is whole (see the module doc).
+        self._client_sticky = client_sticky and self._options.client_can_stick
         self._rng = rng or random.Random()
         self._home = home
         self._seed = seed
@@ -244,7 +288,7 @@ class PartitionChooser:
 
     def update(self, view: TopicView) -> None:
         """Use ``view`` from now on."""
-        plan = _Plan(view, self._options, self._rng)
+        plan = _Plan(view, self._options, self._rng, self._client_sticky)
         self._view = view
         self._plan = plan
         self.keyed = _keyed_for(plan, self._home, self._seed, self._strict)

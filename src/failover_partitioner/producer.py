@@ -56,7 +56,7 @@ from failover_partitioner._config import (
 )
 from failover_partitioner._message import DeliveryReport, Headers, UndeliveredMessage
 from failover_partitioner._topics import TopicState as _TopicState
-from failover_partitioner.choose import PartitionChooser
+from failover_partitioner.choose import CLIENT_PARTITIONER, PartitionChooser
 from failover_partitioner.errors import (
     ConfigError,
     FailoverError,
@@ -87,6 +87,9 @@ DeadLetterHook = Callable[[UndeliveredMessage, Any], None]
 """``hook(message, err)``: called once for each message that failed finally."""
 
 _names = itertools.count(1)
+
+# librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
+_ANY_PARTITION = -1
 
 # Racing producer threads may each pass the in-flight check before either counts in, so the
 # failed buffer gets this much room beyond the limit (it can then never refuse a failure).
@@ -366,6 +369,9 @@ class FailoverProducer:
         # produce()'s shortest path (filled only when every such message can).
         self._bare: dict[str, PartitionChooser] = {}
         self._bare_ok = self._simple and not self._count_bytes
+        # sticky.partitioning.linger.ms=0 turns librdkafka's sticky partitioner off.
+        linger = str(conf.get("sticky.partitioning.linger.ms", "")).strip()
+        self._client_sticky = linger not in ("0", "0.0")
         self._topics_lock = threading.Lock()
         self._watched: set[str] = set()
         self._local = threading.local()
@@ -440,32 +446,36 @@ class FailoverProducer:
                 if n - self._n_out > self._limit:
                     self._wait_counted(topic, value)
                 p = chooser.next_keyless()
-                if p >= 0:
-                    if on_delivery is None:
-                        # No callback either: no record (see _report).
-                        try:
-                            self._produce_raw(topic, value, None, p, self._report_cb)
-                        except BufferError:
-                            # librdkafka's queue is full: the record path waits it out.
-                            self._produce_with_record(
-                                topic, value, None, None, None, None, counted=True
-                            )
-                        except BaseException:
-                            self._uncount()  # not accepted (e.g. a value of a wrong type)
-                            raise
+                if p < 0:
+                    if p != CLIENT_PARTITIONER:  # nothing usable: the message waits
+                        self._produce_with_record(
+                            topic, value, None, None, on_delivery, None, counted=True
+                        )
                         return
-                    rec = self._record_cls()
-                    rec._cb = on_delivery
-                    rec._entry = None
-                    rec._m = (topic, value, None, None, None)
-                    rec._partition = p
-                    rec._attempts = 1
+                    p = _ANY_PARTITION
+                if on_delivery is None:
+                    # No callback either: no record (see _report).
                     try:
-                        self._produce_raw(topic, value, None, p, rec)
-                    except BaseException as exc:
-                        self._produce_raised(rec, exc, first=True)
+                        self._produce_raw(topic, value, None, p, self._report_cb)
+                    except BufferError:
+                        # librdkafka's queue is full: the record path waits it out.
+                        self._produce_with_record(
+                            topic, value, None, None, None, None, counted=True
+                        )
+                    except BaseException:
+                        self._uncount()  # not accepted (e.g. a value of a wrong type)
+                        raise
                     return
-                self._produce_with_record(topic, value, None, None, on_delivery, None, counted=True)
+                rec = self._record_cls()
+                rec._cb = on_delivery
+                rec._entry = None
+                rec._m = (topic, value, None, None, None)
+                rec._partition = p
+                rec._attempts = 1
+                try:
+                    self._produce_raw(topic, value, None, p, rec)
+                except BaseException as exc:
+                    self._produce_raised(rec, exc, first=True)
                 return
         if self._n_in - self._n_out >= self._limit:
             self._wait_for_room(topic, value, key, headers, timestamp)
@@ -487,7 +497,9 @@ class FailoverProducer:
                     p = chooser.next_keyless()
             else:
                 p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
-            if p >= 0:
+            if p >= 0 or p == CLIENT_PARTITIONER:
+                if p < 0:
+                    p = _ANY_PARTITION
                 if headers is None:
                     if on_delivery is None and self._plain:
                         # No callback, no headers: no record either (see _report).
@@ -639,7 +651,9 @@ class FailoverProducer:
             p = chooser.keyless(len(value or b"") if self._count_bytes else 0)
         else:
             p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
-        if p < 0:
+        if p == CLIENT_PARTITIONER:
+            p = _ANY_PARTITION
+        elif p < 0:
             if not chooser.view.exists:
                 error = KafkaError(
                     KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -816,7 +830,9 @@ class FailoverProducer:
             with self._topics_lock:
                 state = self._topics.get(topic)
                 if state is None:
-                    state = _TopicState(md, self._qpolicy, self._options)
+                    state = _TopicState(
+                        md, self._qpolicy, self._options, client_sticky=self._client_sticky
+                    )
                     self._topics[topic] = state
                     self._choosers[topic] = state.chooser
                     if self._bare_ok:

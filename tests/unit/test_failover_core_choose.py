@@ -16,6 +16,7 @@ from failover_partitioner._murmur2 import (
     to_positive,
 )
 from failover_partitioner.choose import (
+    CLIENT_PARTITIONER,
     NO_PARTITION,
     ChoiceOptions,
     PartitionChooser,
@@ -246,3 +247,45 @@ def test_choose_dispatches_on_key() -> None:
 def test_bad_options_name_the_value(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ChoiceOptions(**kwargs)  # type: ignore[arg-type]  # deliberately wrong values
+
+
+STICKY = ChoiceOptions(strategy="sticky", sticky_messages=3)
+
+
+def test_a_client_sticky_chooser_leaves_keyless_messages_to_the_client_while_all_are_usable() -> (
+    None
+):
+    chooser = PartitionChooser(view(6), STICKY, client_sticky=True, rng=random.Random(1))
+    assert {chooser.next_keyless() for _ in range(50)} == {CLIENT_PARTITIONER}
+    assert chooser.keyless(100) == CLIENT_PARTITIONER
+    assert chooser.choose(None) == CLIENT_PARTITIONER
+    assert chooser.keyed(b"k") == partition_for_key(b"k", 6)  # keys stay explicit
+    # Degraded: explicit sticky choice over the usable partitions, runs of sticky_messages.
+    chooser.update(view(6, down=frozenset({2})))
+    chosen = [chooser.next_keyless() for _ in range(36)]
+    assert set(chosen) == {0, 1, 3, 4, 5}
+    assert all(len(set(chosen[i : i + 3])) == 1 for i in range(0, 36, 3))
+    # Whole again: back to the client.
+    chooser.update(view(6))
+    assert chooser.next_keyless() == CLIENT_PARTITIONER
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ChoiceOptions(),
+        ChoiceOptions(strategy="sticky", sticky_bytes=1000),
+        ChoiceOptions(strategy="sticky", headroom=True),
+        ChoiceOptions(strategy="sticky", client_rack="r1"),
+    ],
+    ids=["round_robin", "sticky_bytes", "headroom", "client_rack"],
+)
+def test_only_plain_sticky_is_left_to_the_client(options: ChoiceOptions) -> None:
+    chooser = PartitionChooser(view(6), options, client_sticky=True)
+    assert all(0 <= chooser.keyless(10) < 6 for _ in range(50))
+    assert not options.client_can_stick
+
+
+def test_without_client_sticky_sticky_is_always_explicit() -> None:
+    chooser = PartitionChooser(view(6), STICKY)
+    assert all(0 <= chooser.next_keyless() < 6 for _ in range(50))
