@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_new_entry = object.__new__
+
 # Backoff delays double per attempt; past this many levels they are all backoff_max_s anyway.
 _MAX_LEVELS = 64
 
@@ -140,7 +142,17 @@ class Accounting(Generic[T]):
             return None
         seq = self._next_seq
         self._next_seq = seq + 1
-        entry = Entry(item, seq, self._clock())
+        clock = self._clock  # a local call specializes; self._clock() would not
+        # Entry.__init__'s fields, set here without its frame: this is the hot path.
+        entry: Entry[T] = _new_entry(Entry)
+        entry.item = item
+        entry.seq = seq
+        entry.attempts = 1
+        entry.admitted_at = clock()
+        entry.first_failure_at = None
+        entry.last_error = None
+        entry.possibly_duplicated = False
+        entry._state = _SENT
         live[seq] = entry
         if n >= self._peak_in_flight:
             self._peak_in_flight = n + 1
@@ -168,14 +180,14 @@ class Accounting(Generic[T]):
 
     def delivered(self, entry: Entry[T]) -> None:
         """Record final success. Safe without the shell's lock (see the module doc)."""
-        if entry._state != _SENT:
-            raise self._misuse(entry, "delivered")
-        popped = self._live.pop(entry.seq, None)
-        if popped is not entry:
+        if entry._state == _SENT:
+            popped = self._live.pop(entry.seq, None)
+            if popped is entry:
+                entry._state = _DONE
+                return
             if popped is not None:  # another buffer's entry with the same seq: undo
                 self._live[popped.seq] = popped
-            raise self._misuse(entry, "delivered")
-        entry._state = _DONE
+        raise self._misuse(entry, "delivered")
 
     def failed(
         self, entry: Entry[T], error: object, retriable: bool, possibly_persisted: bool

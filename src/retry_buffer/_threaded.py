@@ -112,27 +112,31 @@ class RetryBuffer(Generic[T]):
         check_timeout(timeout)
         core = self._core
         with self._cond:
-            entry = core.try_admit(item)
-            if entry is not None:
-                return entry
-            if timeout == 0:
-                raise InflowTimeout(limit=core.limit, timeout_s=0)
-            start = time.monotonic()
-            deadline = None if timeout is None else start + timeout
+            # Registered before looking for room: delivered() frees room without the lock and
+            # then reads _waiters, so a waiter counted only after its look could miss the wake.
             self._waiters += 1
             try:
-                while True:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        assert timeout is not None
-                        raise InflowTimeout(limit=core.limit, timeout_s=timeout)
-                    self._cond.wait(remaining)
-                    entry = core.try_admit(item)
-                    if entry is not None:
-                        return entry
+                entry = core.try_admit(item)
+                if entry is not None:
+                    return entry
+                if timeout == 0:
+                    raise InflowTimeout(limit=core.limit, timeout_s=0)
+                start = time.monotonic()
+                deadline = None if timeout is None else start + timeout
+                try:
+                    while True:
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            assert timeout is not None
+                            raise InflowTimeout(limit=core.limit, timeout_s=timeout)
+                        self._cond.wait(remaining)
+                        entry = core.try_admit(item)
+                        if entry is not None:
+                            return entry
+                finally:
+                    core.wait_s += time.monotonic() - start
             finally:
                 self._waiters -= 1
-                core.wait_s += time.monotonic() - start
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -375,18 +379,21 @@ class Merger(Generic[T]):
             with buf._cond:
                 if core.closed:
                     raise BufferClosed("Merger.next(): the buffer is closed")
-                if self._can_progress():
-                    continue  # something changed since _step looked
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                due_in = core.next_due_in()
-                if due_in is not None and (remaining is None or due_in < remaining):
-                    remaining = due_in
+                # Registered before looking, as in RetryBuffer._admit_waiting.
                 buf._waiters += 1
-                start = time.monotonic()
                 try:
-                    buf._cond.wait(remaining)
+                    if self._can_progress():
+                        continue  # something changed since _step looked
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return None
+                    due_in = core.next_due_in()
+                    if due_in is not None and (remaining is None or due_in < remaining):
+                        remaining = due_in
+                    start = time.monotonic()
+                    try:
+                        buf._cond.wait(remaining)
+                    finally:
+                        core.wait_s += time.monotonic() - start
                 finally:
                     buf._waiters -= 1
-                    core.wait_s += time.monotonic() - start

@@ -19,6 +19,7 @@ from retry_buffer import (
     RetryBuffer,
     RetryPolicy,
 )
+from retry_buffer._core import Accounting
 
 JOIN_S = 30.0
 
@@ -166,6 +167,38 @@ def test_admit_times_out_when_nobody_reports() -> None:
     assert (caught.value.limit, caught.value.timeout_s) == (1, 0.05)
     assert time.monotonic() - start >= 0.05
     assert buf.statistics().wait_seconds >= 0.05
+
+
+def test_a_delivery_just_before_an_admit_starts_waiting_still_wakes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The window is between a blocked admit's look for room (under the lock) and its wait;
+    # delivered() frees room without the lock. The hook delivers from another thread exactly
+    # there; the admit must then get in rather than sleep until its timeout.
+    buf: RetryBuffer[int] = RetryBuffer(max_in_flight=1)
+    first = buf.admit(0)
+    real_try_admit = Accounting.try_admit
+    refusals: list[int] = []
+    deliverer = threading.Thread(target=buf.delivered, args=(first,))
+
+    def try_admit(core: Accounting[int], item: int) -> Entry[int] | None:
+        entry = real_try_admit(core, item)
+        if entry is None:
+            refusals.append(item)
+            if len(refusals) == 2:  # the look made by the waiting path, under the lock
+                deliverer.start()
+                deliverer.join(0.5)  # done, or blocked on the lock to wake this admit
+        return entry
+
+    monkeypatch.setattr(Accounting, "try_admit", try_admit)
+    admitted: list[Entry[int]] = []
+    # No timeout: a missed wake leaves it asleep for good, which the join reports.
+    admitter = threading.Thread(target=lambda: admitted.append(buf.admit(1)), daemon=True)
+    admitter.start()
+    _join_all([admitter, deliverer])
+    assert [e.item for e in admitted] == [1]
+    assert refusals == [1, 1]
+    assert buf.statistics().delivered == 1
 
 
 def _race_delivered_against_close() -> None:
