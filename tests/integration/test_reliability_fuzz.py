@@ -632,9 +632,16 @@ class BrokerChild:
                 out.append(f"{line} -> {lines[end - 1].strip()}")
         return out
 
-    def refused(self) -> int:
-        """How many frames the brokers refused as malformed (and closed the connection on)."""
-        return self.log.read_text(errors="replace").count(": malformed request: ")
+    def refused(self) -> tuple[int, int]:
+        """Frames refused as malformed (the connection closed): by the schema check before
+        decoding, and by kio's decoder after it (e.g. a string that is not UTF-8)."""
+        lines = [
+            line
+            for line in self.log.read_text(errors="replace").splitlines()
+            if ": malformed request: " in line
+        ]
+        by_kio = sum(" does not decode: " in line for line in lines)
+        return len(lines) - by_kio, by_kio
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -726,7 +733,7 @@ def test_random_frames_never_crash_the_broker_nor_lose_acknowledged_messages(
     by_outcome = Counter(key.split("/")[1] for key in outcomes.elements())
     print(
         f"{sent} frames in {ended - began:.1f} s over {WORKERS} connections at a time "
-        f"({refused} refused as malformed before decoding): "
+        f"({refused[0]} refused as malformed before decoding, {refused[1]} by the decoder): "
         f"{dict(sorted(kinds.items()))}; outcomes {dict(sorted(by_outcome.items()))}; "
         f"live client: {acked_during} acknowledgements during the fuzz, longest gap "
         f"{longest_gap_s:.2f} s; {len(pre_acked)} messages acknowledged before and "

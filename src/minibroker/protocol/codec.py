@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from minibroker.protocol.validate import MalformedRequest, validate_request
+from minibroker.protocol.versions import API_NAMES
 
 __all__ = [
     "DecodedRequest",
@@ -87,7 +88,8 @@ def decode_request(frame: bytes) -> DecodedRequest:
         body, _ = read_body(frame, used)
     except Exception as exc:  # the native reader raises assorted errors on bad input
         raise MalformedRequest(
-            f"api key {api_key} v{api_version} does not decode: {type(exc).__name__}: {exc}"
+            f"{API_NAMES.get(api_key, f'api key {api_key}')} v{api_version} does not decode: "
+            f"{type(exc).__name__}: {exc}"
         ) from exc
     # Trailing bytes are ignored, as Kafka's own request parser does: librdkafka's admin
     # Metadata v12 request carries three of them.
