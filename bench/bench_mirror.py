@@ -17,6 +17,7 @@ acks=all).
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 
-from failover_partitioner.mirror import Mirror, MirrorOptions, MirrorStatus
+from failover_partitioner.mirror import Mirror, MirrorOptions, MirrorStatus, tune_gc
 from failover_partitioner.producer import FailoverProducer
 from failover_partitioner.testing import MockCluster
 from harness import Figure, MinibrokerProcess
@@ -179,20 +180,49 @@ def _minibroker_pair() -> Iterator[tuple[str, str, dict[str, Any]]]:
         yield src.bootstrap_servers, dst.bootstrap_servers, {}
 
 
+@contextmanager
+def _gc_settings(tuned: bool) -> Iterator[None]:
+    """``tune_gc()`` (as ``failover-mirror`` runs) for the block, then the previous settings."""
+    if not tuned:
+        yield
+        return
+    threshold = gc.get_threshold()
+    tune_gc()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
 def _compare(pair: Callable[[], Any], count: int, rounds: int) -> dict[str, list[float]]:
-    rates: dict[str, list[float]] = {"bare": [], "mirror": [], "mirror-no-headers": []}
+    rates: dict[str, list[float]] = {
+        "bare": [],
+        "mirror": [],
+        "mirror-no-headers": [],
+        "bare-default-gc": [],
+        "mirror-default-gc": [],
+    }
     with pair() as (source, target, producer_options):
         _fill(source, count)
         for r in range(rounds):
+            runs: list[tuple[str, Callable[[str], float]]] = [
+                ("bare", lambda g: _bare_loop(source, target, count, g)),
+                ("mirror", lambda g: _mirror(source, target, count, g, producer_options)),
+                (
+                    "mirror-no-headers",
+                    lambda g: _mirror(source, target, count, g, producer_options, provenance=False),
+                ),
+            ]
             # Alternate the order so neither side always runs on a warmer cluster.
-            if r % 2 == 0:
-                rates["bare"].append(_bare_loop(source, target, count, f"bare-{r}"))
-            rates["mirror"].append(_mirror(source, target, count, f"m-{r}", producer_options))
-            rates["mirror-no-headers"].append(
-                _mirror(source, target, count, f"n-{r}", producer_options, provenance=False)
-            )
-            if r % 2 == 1:
-                rates["bare"].append(_bare_loop(source, target, count, f"bare-{r}"))
+            if r % 2:
+                runs.reverse()
+            with _gc_settings(tuned=True):
+                for name, measure in runs:
+                    rates[name].append(measure(f"{name}-{r}"))
+            with _gc_settings(tuned=False):
+                for name, measure in runs[:2] if r % 2 == 0 else runs[1:]:
+                    rates[f"{name}-default-gc"].append(measure(f"{name}-default-gc-{r}"))
     return rates
 
 
@@ -203,22 +233,23 @@ def run(quick: bool) -> list[Figure]:
         ("minibroker", _minibroker_pair, 30_000 if quick else 100_000),
     ):
         rates = _compare(pair, count, 1 if quick else 3)
-        bare = statistics.median(rates["bare"])
-        for variant, label in (
-            ("mirror", "mirror"),
-            ("mirror-no-headers", "mirror --no-provenance-headers"),
+        for variant, label, reference in (
+            ("mirror", "mirror", "bare"),
+            ("mirror-no-headers", "mirror --no-provenance-headers", "bare"),
+            ("mirror-default-gc", "mirror, default GC settings", "bare-default-gc"),
         ):
+            gc_note = "Python's default GC" if "default-gc" in variant else "tune_gc() for both"
             figures.append(
                 Figure(
                     issue=ISSUE,
                     name=f"{label} msg/s vs bare loop ({name})",
                     value=statistics.median(rates[variant]),
-                    reference=bare,
+                    reference=statistics.median(rates[reference]),
                     unit="msg/s",
                     target=0.8,
-                    note=f"{count} x 100 B, {PARTITIONS} partitions, window {WINDOW}; "
-                    f"{variant} {[round(r) for r in rates[variant]]}, "
-                    f"bare {[round(r) for r in rates['bare']]}",
+                    note=f"{count} x 100 B, {PARTITIONS} partitions, window {WINDOW}, "
+                    f"{gc_note}; {variant} {[round(r) for r in rates[variant]]}, "
+                    f"{reference} {[round(r) for r in rates[reference]]}",
                 )
             )
     return figures

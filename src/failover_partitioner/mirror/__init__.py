@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._commits import CommitLedger, PartitionProgress, PartitionTracker
 from ._config import MirrorOptions, TopicRouter, load_properties, parse_properties
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
+from ._gc import tune_gc
 from ._mirror import (
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
@@ -40,4 +41,5 @@ __all__ = [
     "format_status",
     "load_properties",
     "parse_properties",
+    "tune_gc",
 ]

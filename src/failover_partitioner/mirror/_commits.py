@@ -198,11 +198,13 @@ class CommitLedger:
     A crash duplicates at most that many messages, since only they can be delivered and uncommitted.
     """
 
-    __slots__ = ("_abandoned", "_trackers")
+    __slots__ = ("_abandoned", "_abandoned_by_topic", "_trackers")
 
     def __init__(self) -> None:
         self._trackers: dict[tuple[str, int], PartitionTracker] = {}
         self._abandoned = 0
+        # Every message ever abandoned, per source topic (whether or not it came back since).
+        self._abandoned_by_topic: dict[str, int] = {}
 
     def assign(self, topic: str, partition: int) -> PartitionTracker:
         """Start tracking a newly assigned partition (a fresh tracker if it was known)."""
@@ -225,7 +227,11 @@ class CommitLedger:
 
     def _abandon(self, tracker: PartitionTracker) -> None:
         tracker.dropped = True
-        self._abandoned += tracker.in_flight
+        in_flight = tracker.in_flight
+        self._abandoned += in_flight
+        if in_flight:
+            by_topic = self._abandoned_by_topic
+            by_topic[tracker.topic] = by_topic.get(tracker.topic, 0) + in_flight
 
     def abandoned_finished(self) -> None:
         """A message of a dropped partition came back from the producer (delivered or not)."""
@@ -254,6 +260,14 @@ class CommitLedger:
             window += t.uncommitted
             in_flight += t.in_flight
         return window, in_flight
+
+    def unfinished_by_topic(self) -> dict[str, int]:
+        """Per source topic: messages in flight in assigned partitions plus every message ever
+        abandoned. Consumed minus these (and minus failed and dead-lettered) is delivered."""
+        out = dict(self._abandoned_by_topic)
+        for t in self._trackers.values():
+            out[t.topic] = out.get(t.topic, 0) + t.in_flight
+        return out
 
     @property
     def window(self) -> int:

@@ -177,11 +177,9 @@ class Mirror:
         self._provenance_prefixes: dict[tuple[str, int], Headers] = {}
         # Counters: plain ints and dicts on the hot path, published to metrics now and then.
         self._consumed: dict[str, int] = {}
-        self._delivered: dict[str, int] = {}
         self._rerouted: dict[str, int] = {}
         self._dead_lettered: dict[str, int] = {}
         self._failed: dict[str, int] = {}
-        self._delivered_total = 0
         self._commit_every = max(1, options.max_in_flight // 4)
         self._commits = 0
         self._commit_failures = 0
@@ -250,7 +248,8 @@ class Mirror:
         """The current status (call from the thread running ``run``, e.g. in ``on_status``)."""
         now = self._clock()
         mark_t, mark_delivered = self._rate_mark
-        rate = (self._delivered_total - mark_delivered) / (now - mark_t) if now > mark_t else 0.0
+        delivered = sum(self._delivered_by_topic().values())
+        rate = (delivered - mark_delivered) / (now - mark_t) if now > mark_t else 0.0
         partitions = self._partition_statuses()
         # A partial sum would read as "caught up" too early: unknown if any partition is.
         lags = [p.lag for p in partitions]
@@ -260,7 +259,7 @@ class Mirror:
             state=state,
             elapsed_s=now - self._started_at,
             consumed=sum(self._consumed.values()),
-            delivered=self._delivered_total,
+            delivered=delivered,
             rerouted=sum(self._rerouted.values()),
             dead_lettered=sum(self._dead_lettered.values()),
             failed=sum(self._failed.values()),
@@ -271,6 +270,16 @@ class Mirror:
             commits=self._commits,
             partitions=partitions,
         )
+
+    def _delivered_by_topic(self) -> dict[str, int]:
+        """Delivered messages per source topic, derived rather than counted per delivery: what
+        was consumed and is neither in flight, abandoned, failed nor dead-lettered."""
+        unfinished = self._ledger.unfinished_by_topic()
+        failed, dead = self._failed, self._dead_lettered
+        return {
+            topic: n - unfinished.get(topic, 0) - failed.get(topic, 0) - dead.get(topic, 0)
+            for topic, n in self._consumed.items()
+        }
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -299,8 +308,9 @@ class Mirror:
                 self._publish()
                 next_publish = now + 1.0
             if now >= next_status and on_status is not None:
-                on_status(self.status())
-                self._rate_mark = (now, self._delivered_total)
+                status = self.status()
+                on_status(status)
+                self._rate_mark = (now, status.delivered)
                 next_status = now + opts.status_interval_s
 
     def _step(self) -> None:
@@ -345,14 +355,18 @@ class Mirror:
         producer = self._producer
         assert producer is not None
         # The hot path: locals only, and per-partition values looked up once per run of
-        # messages from the same partition (the consumer returns them grouped).
+        # messages from the same partition (the consumer returns them grouped). Counters move
+        # once per run; deliveries are counted from the trackers (see _delivered_by_topic).
         produce = producer.produce
         get_tracker = self._ledger.get
         provenance = self._options.provenance_headers
         on_delivery = self._on_delivery
         consumed = self._consumed
-        last: tuple[str, int] | None = None
+        last_topic = ""
+        last_partition = -1
         tracker: PartitionTracker | None = None
+        handed: Callable[[int], None] | None = None
+        run = 0
         target = ""
         prefix: Headers = []
         for msg in batch:
@@ -366,13 +380,17 @@ class Mirror:
             assert topic is not None
             assert partition is not None
             assert offset is not None
-            if (topic, partition) != last:
-                last = (topic, partition)
+            if partition != last_partition or topic != last_topic:
+                if run:
+                    consumed[last_topic] = consumed.get(last_topic, 0) + run
+                    run = 0
+                last_topic, last_partition = topic, partition
                 tracker = get_tracker(topic, partition)
+                handed = None if tracker is None else tracker.handed
                 target = self._router.target(topic)
                 if provenance:
                     prefix = self._provenance_prefix(topic, partition)
-            if tracker is None:
+            if tracker is None or handed is None:
                 continue  # revoked while the batch was out; the new owner reads it again
             # A consumed message's headers are always a list of pairs, never the dict form.
             headers: Headers | None = msg.headers()  # type: ignore[assignment]
@@ -384,9 +402,9 @@ class Mirror:
                 else:
                     headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
             ts_type, ts = msg.timestamp()
-            tracker.handed(offset)
-            consumed[topic] = consumed.get(topic, 0) + 1
-            callback = partial(on_delivery, tracker, msg, target)
+            handed(offset)
+            run += 1
+            callback = partial(on_delivery, tracker, msg)
             try:
                 produce(
                     target,
@@ -399,12 +417,14 @@ class Mirror:
             except (BufferError, ProduceTimeout):
                 if not self._produce_when_room(target, msg, headers, callback, ts_type, ts):
                     tracker.withdraw(offset)
-                    consumed[topic] -= 1
+                    consumed[topic] = consumed.get(topic, 0) + run - 1
                     return  # stopping: the rest of the batch is not handed, nor committed
             except (KafkaException, ValueError, TypeError) as exc:
                 self._failures.append(
                     _Failure(tracker=tracker, source=msg, target_topic=target, error=str(exc))
                 )
+        if run:
+            consumed[last_topic] = consumed.get(last_topic, 0) + run
 
     def _produce_when_room(
         self,
@@ -454,23 +474,18 @@ class Mirror:
         self,
         tracker: PartitionTracker,
         source: Message,
-        target: str,
         err: KafkaError | None,
         report: DeliveryReport,
     ) -> None:
+        # Once per message: the delivered count is derived, not counted here.
         if tracker.dropped:
             self._ledger.abandoned_finished()
-            return
-        if err is None:
-            offset = source.offset()
-            assert offset is not None
-            tracker.finished(offset)
-            topic = tracker.topic
-            self._delivered[topic] = self._delivered.get(topic, 0) + 1
-            self._delivered_total += 1
+        elif err is None:
+            tracker.finished(source.offset())  # type: ignore[arg-type]  # consumed: has one
             if report.attempts() > 1:
-                self._rerouted[topic] = self._rerouted.get(topic, 0) + 1
+                self._rerouted[tracker.topic] = self._rerouted.get(tracker.topic, 0) + 1
         else:
+            target = self._router.target(tracker.topic)
             self._failures.append(
                 _Failure(tracker=tracker, source=source, target_topic=target, error=_describe(err))
             )
@@ -841,7 +856,7 @@ class Mirror:
             return
         self._collector.snapshot = MetricsSnapshot(
             consumed=tuple(self._consumed.items()),
-            delivered=tuple(self._delivered.items()),
+            delivered=tuple(self._delivered_by_topic().items()),
             rerouted=tuple(self._rerouted.items()),
             dead_lettered=tuple(self._dead_lettered.items()),
             failed=tuple(self._failed.items()),

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException
 
 from ._config import MirrorOptions, load_properties
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
+from ._gc import tune_gc
 from ._mirror import Mirror
 from ._status import MirrorStatus, format_status
 
@@ -180,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
 
     mirror = Mirror(options, metrics_registry=registry)
+    tune_gc()  # this process only mirrors: see tune_gc
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         mirror.stop()
