@@ -163,6 +163,102 @@ def _compare(
     return statistics.median(r[0] for r in ours), statistics.median(r[0] for r in raw), note
 
 
+BATCH = 1000
+
+
+def _batches(n: int) -> list[list[dict[str, Any]]]:
+    """n value-only message dicts in lists of BATCH (built before the clock starts: a caller
+    of produce_batch has its messages at hand)."""
+    return [[{"value": VALUE} for _ in range(min(BATCH, n - i))] for i in range(0, n, BATCH)]
+
+
+def _drive_batches(
+    produce_batch: Callable[[str, list[dict[str, Any]]], Any],
+    poll: Callable[[float], Any],
+    batches: list[list[dict[str, Any]]],
+) -> None:
+    for batch in batches:
+        produce_batch(TOPIC, batch)
+        poll(0)
+
+
+def _raw_batch_rate(bootstrap: str, n: int) -> tuple[float, float]:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
+    p.list_topics(TOPIC, timeout=10)
+    batches = _batches(n)
+
+    def produce_batch(topic: str, batch: list[dict[str, Any]]) -> None:
+        # What a careful raw caller does: take back what the queue refused, wait, resend.
+        while True:
+            if p.produce_batch(topic, batch, on_delivery=_noop) == len(batch):
+                return
+            batch = [m for m in batch if m.pop("_error", None) is not None]
+            p.poll(0.005)
+
+    rate = _Rate(n)
+    _drive_batches(produce_batch, p.poll, batches)
+    left = p.flush(60)
+    result = rate.stop()
+    assert left == 0, f"raw producer left {left} messages"
+    return result
+
+
+def _failover_batch_rate(bootstrap: str, n: int, **options: Any) -> tuple[float, float]:
+    p = FailoverProducer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0},
+        min_insync_replicas=2,
+        **options,
+    )
+    try:
+        p.health(TOPIC)
+        batches = _batches(n)
+        rate = _Rate(n)
+        _drive_batches(p.produce_batch, p.poll, batches)
+        left = p.flush(60)
+        result = rate.stop()
+        assert left == 0, f"FailoverProducer left {left} messages"
+        return result
+    finally:
+        p.close()
+
+
+def _batch_figures(bootstrap: str, n: int, repeat: int) -> list[Figure]:
+    """FailoverProducer.produce_batch against a raw Producer's per-message loop and against
+    the raw Producer's own produce_batch, all measured alternately in one run."""
+    ours: dict[str, list[float]] = {"round_robin": [], "sticky": []}
+    loop: list[float] = []
+    batch: list[float] = []
+    _raw_rate(bootstrap, n // 4, False)  # warm-up
+    for _ in range(repeat):
+        loop.append(_raw_rate(bootstrap, n, False)[0])
+        batch.append(_raw_batch_rate(bootstrap, n)[0])
+        for strategy, rates in ours.items():
+            rates.append(_failover_batch_rate(bootstrap, n, strategy=strategy)[0])
+    figures = []
+    for strategy, rates in ours.items():
+        for name, reference, what in (
+            (
+                "raw per-message produce",
+                loop,
+                "a raw Producer's produce() loop, on_delivery in its config",
+            ),
+            ("raw produce_batch", batch, "the raw Producer's own produce_batch, same batches"),
+        ):
+            figures.append(
+                Figure(
+                    issue=ISSUE,
+                    name=f"mock: FailoverProducer.produce_batch({strategy}) vs {name}, msg/s",
+                    value=statistics.median(rates),
+                    reference=statistics.median(reference),
+                    unit="msg/s",
+                    target=0.8,
+                    note=f"batches of {BATCH} value-only dicts, no per-message callback; "
+                    f"reference: {what}",
+                )
+            )
+    return figures
+
+
 def _choice_us(repeat: int) -> tuple[float, float]:
     md = TopicMetadata(
         topic=TOPIC,
@@ -346,6 +442,7 @@ def run(quick: bool) -> list[Figure]:
                     note=cpu + ("; aim 0.8x" if per_message else ""),
                 )
             )
+        figures.extend(_batch_figures(bs, n, repeat))
     figures.extend(_minibroker_figures(n, repeat))
     us, ref = _choice_us(repeat)
     figures.append(

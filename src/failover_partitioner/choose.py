@@ -320,6 +320,31 @@ class PartitionChooser:
             self._sticky_left_bytes = (self._options.sticky_bytes or 0) - nbytes
         return current
 
+    def keyless_deal(self, n: int) -> tuple[int, ...]:
+        """Partitions for ``n`` keyless messages chosen in one step (``n`` >= 1).
+
+        Message ``i`` goes to ``result[i % len(result)]``. Round robin answers one partition
+        per candidate (fewer when ``n`` is smaller), so the messages are dealt out exactly as
+        ``n`` single choices would, and the rotation moves on by ``n``; sticky answers one
+        partition for all ``n``. Entries may be :data:`NO_PARTITION` or
+        :data:`CLIENT_PARTITIONER`, as single choices may.
+        """
+        plan = self._plan
+        if self._options.counts_bytes:
+            return (self._sticky(0),)
+        cycle = plan.cycle
+        period = len(plan.candidates)
+        if self._options.strategy == "sticky" or period == 0:
+            # One step; the rotation skips the rest as if each had been chosen.
+            first = next(cycle)
+            next(itertools.islice(cycle, n - 1, n - 1), None)
+            return (first,)
+        c = min(n, period)
+        out = tuple(itertools.islice(cycle, c))
+        skip = (n - c) % period  # the cycle repeats every `period`: skipping more is the same
+        next(itertools.islice(cycle, skip, skip), None)
+        return out
+
     def home(self, key: bytes) -> int:
         """The partition Kafka's default partitioner gives ``key`` (over all partitions)."""
         return self._home(key, self._plan.num_partitions)

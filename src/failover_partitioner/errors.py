@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from failover_partitioner._message import UndeliveredMessage
 
 __all__ = [
+    "BatchRefused",
     "ConfigError",
     "ErrorClass",
     "FailoverError",
@@ -67,6 +68,27 @@ class ProduceTimeout(FailoverError):
         self.message = message
         self.limit = limit
         self.timeout_s = timeout_s
+
+
+class BatchRefused(FailoverError):
+    """``produce_batch`` accepted all its messages but some: those are in :attr:`refused`.
+
+    ``refused`` lists ``(index, exception)`` for each message not accepted, in order: its
+    index in the list given and why (a ``TypeError`` for a bad value, a
+    :class:`ProduceTimeout` at the in-flight limit, which also refuses every message after
+    it, ...). Every other message was accepted and ends in exactly one outcome, as
+    ``produce``'s do.
+    """
+
+    def __init__(self, topic: str, refused: list[tuple[int, BaseException]]) -> None:
+        first_index, first = refused[0]
+        super().__init__(
+            f"produce_batch to {topic!r}: {len(refused)} message(s) not accepted, the first "
+            f"(index {first_index}) because {first!r}; the others were accepted. Send the "
+            "refused ones again once the cause is fixed (see .refused)"
+        )
+        self.topic = topic
+        self.refused = refused
 
 
 # --- delivery error policy --------------------------------------------------------------------

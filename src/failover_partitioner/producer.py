@@ -17,6 +17,11 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   copied and passed through unchecked: the client checks each pair as it converts it, and when
   it refuses one the caller gets a ``TypeError`` naming the bad pair, before the message is
   accepted. A dict, or a list before the topic's metadata is known, is checked in Python.
+* **Batches.** ``produce_batch`` hands value-only keyless messages without a callback to the
+  client's ``produce_batch``, one call per partition, after one chooser step for the chunk
+  (:meth:`~failover_partitioner.choose.PartitionChooser.keyless_deal`); what the client
+  refuses (queue full, a partition it does not know yet, a bad value) and every other kind of
+  message take the single path, already counted in.
 * **Failures** are classified (:func:`~failover_partitioner.errors.classify`); the partition
   is quarantined at once when the error says so, and the message enters the
   :class:`retry_buffer.RetryBuffer`, the failed buffer with its retry policy. It can never
@@ -30,6 +35,7 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import os
@@ -56,8 +62,9 @@ from failover_partitioner._config import (
 )
 from failover_partitioner._message import DeliveryReport, Headers, UndeliveredMessage
 from failover_partitioner._topics import TopicState as _TopicState
-from failover_partitioner.choose import CLIENT_PARTITIONER, PartitionChooser
+from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.errors import (
+    BatchRefused,
     ConfigError,
     FailoverError,
     MetadataUnavailable,
@@ -90,6 +97,22 @@ _names = itertools.count(1)
 
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
+
+# produce_batch: the keys a message dict may have, and the keys of one the client takes as is.
+_BATCH_KEYS = frozenset({"value", "key", "headers", "timestamp"})
+_VALUE_ONLY = {("value",)}
+_drain = collections.deque  # deque(iterator, maxlen=0) consumes it in C
+
+
+def _value_only(chunk: list[Any]) -> bool:
+    """True when every item of ``chunk`` is a dict whose only key is ``"value"``."""
+    try:
+        # tuple(d) is d's keys; map/set keep the loop in C. A list ['value'] would pass here,
+        # and the client refuses it (TypeError), after which it takes produce()'s path.
+        return set(map(tuple, chunk)) == _VALUE_ONLY
+    except TypeError:  # an item that is not iterable
+        return False
+
 
 # Racing producer threads may each pass the in-flight check before either counts in, so the
 # failed buffer gets this much room beyond the limit (it can then never refuse a failure).
@@ -357,6 +380,10 @@ class FailoverProducer:
         except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
             raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
         self._produce_raw = self._client.produce
+        self._produce_batch_raw = self._client.produce_batch
+        # produce_batch hands the client at most this many at once, and never more than the
+        # in-flight limit (a chunk must fit under it).
+        self._batch_step = min(10_000, limit)
         self._report_cb = self._report  # bound once: a bound method per message costs
         # A message needs a record when someone must hear of it: a callback (its own or the
         # default), or headers to keep for a retry (delivery reports do not carry them).
@@ -533,6 +560,150 @@ class FailoverProducer:
                     self._produce_raised(rec, exc, first=True)
                 return
         self._produce_with_record(topic, value, key, headers, on_delivery, timestamp)
+
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Accept many messages for ``topic`` in one call; each ends as ``produce``'s would.
+
+        ``messages`` is a list of dicts with ``"value"`` and optionally ``"key"``,
+        ``"headers"`` and ``"timestamp"`` (the dicts are not kept and come back unchanged);
+        ``on_delivery`` is every message's callback (default: ``conf['on_delivery']``).
+        Keyless messages given as ``{"value": v}`` alone, without a callback, go to the client
+        in one call per partition (confluent-kafka's ``produce_batch``): round robin deals
+        them out over the usable partitions, sticky gives a batch to one. Every other message
+        takes ``produce``'s own path, in order.
+
+        Raises :class:`~failover_partitioner.errors.BatchRefused` naming the messages that
+        were not accepted (a bad value, or :class:`ProduceTimeout` at the in-flight limit,
+        which refuses the rest too); all the others were accepted.
+        """
+        if type(messages) is not list:
+            raise TypeError(f"messages must be a list of dicts, got {type(messages).__name__}")
+        if on_delivery is not None and not callable(on_delivery):
+            raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
+        if self._attention:
+            self._service()
+        refused: list[tuple[int, BaseException]] = []
+        chooser = self._bare.get(topic)
+        if chooser is None or on_delivery is not None or self._default_cb is not None:
+            self._produce_each(topic, messages, 0, len(messages), on_delivery, refused)
+        else:
+            step = self._batch_step
+            for start in range(0, len(messages), step):
+                chunk = messages[start : start + step]
+                if not _value_only(chunk):
+                    end = start + len(chunk)
+                    if not self._produce_each(topic, messages, start, end, None, refused):
+                        break
+                elif not self._produce_chunk(topic, chooser, chunk, start, refused):
+                    # Timed out at the in-flight limit: the rest is refused with it.
+                    exc = refused[-1][1]
+                    refused.extend((i, exc) for i in range(start + len(chunk), len(messages)))
+                    break
+        if refused:
+            raise BatchRefused(topic, refused)
+
+    def _produce_each(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        start: int,
+        end: int,
+        on_delivery: DeliveryCallback | None,
+        refused: list[tuple[int, BaseException]],
+    ) -> bool:
+        """``produce`` each of ``messages[start:end]``; False once one timed out (the rest
+        are then refused too)."""
+        for i in range(start, end):
+            m = messages[i]
+            try:
+                if type(m) is not dict or not m.keys() <= _BATCH_KEYS:
+                    raise TypeError(
+                        f"each message must be a dict with keys among {sorted(_BATCH_KEYS)}, "
+                        f"got {m!r}"
+                    )
+                self.produce(
+                    topic,
+                    m.get("value"),
+                    m.get("key"),
+                    m.get("headers"),
+                    on_delivery,
+                    m.get("timestamp"),
+                )
+            except ProduceTimeout as exc:
+                refused.extend((j, exc) for j in range(i, len(messages)))
+                return False
+            except Exception as exc:
+                refused.append((i, exc))
+        return True
+
+    def _produce_chunk(
+        self,
+        topic: str,
+        chooser: PartitionChooser,
+        chunk: list[dict[str, Any]],
+        start: int,
+        refused: list[tuple[int, BaseException]],
+    ) -> bool:
+        """Hand ``chunk`` (value-only dicts, no callback) to the client, one call per
+        partition; False when it could not be counted in (the rest is then refused)."""
+        k = len(chunk)
+        # Count the chunk in at C speed: islice pulls k-1 numbers, next() the last.
+        _drain(itertools.islice(self._c_in, k - 1), maxlen=0)
+        n = next(self._c_in)
+        self._n_in = n
+        if n - self._n_out > self._limit:
+            try:
+                # Waits until at most max_in_flight are in, this chunk included.
+                self._wait_for_room(topic, chunk[0]["value"], None, None, None, counted=True)
+            except ProduceTimeout as exc:
+                for _ in range(k):
+                    self._uncount()
+                refused.extend((start + j, exc) for j in range(k))
+                return False
+        # One chooser step for the chunk: slice j holds messages j, j+c, j+2c, ... so round
+        # robin deals them out exactly as one by one would; sticky gives all one partition.
+        parts = chooser.keyless_deal(k)
+        c = len(parts)
+        groups: dict[int, list[dict[str, Any]]] = {}
+        left: list[dict[str, Any]] = []
+        for j, p in enumerate(parts):
+            part = chunk[j::c] if c > 1 else chunk
+            if p == NO_PARTITION:
+                left.extend(part)  # nothing usable: they wait, as produce()'s would
+                continue
+            if p == CLIENT_PARTITIONER:
+                p = _ANY_PARTITION
+            group = groups.get(p)
+            if group is None:
+                groups[p] = part
+            else:
+                group.extend(part)
+        report = self._report_cb
+        batch = self._produce_batch_raw
+        for p, group in groups.items():
+            try:
+                queued = batch(topic, group, partition=p, on_delivery=report)
+            except (BufferError, TypeError):
+                queued = 0  # refused as a whole: each goes its own way below
+                for m in group:
+                    m["_error"] = None
+            if queued < len(group):
+                left.extend(m for m in group if "_error" in m)
+        # Refused by the client (queue full, partition unknown to it yet, too large, a bad
+        # value): each takes the single path, already counted in, and waits or raises there.
+        for m in left:
+            m.pop("_error", None)
+            try:
+                self._produce_with_record(topic, m["value"], None, None, None, None, counted=True)
+            except Exception as exc:
+                index = next(i for i, x in enumerate(chunk) if x is m)
+                refused.append((start + index, exc))
+        return True
 
     def _uncount(self) -> None:
         """A message counted in was refused at once: count it out, and not as an outcome."""

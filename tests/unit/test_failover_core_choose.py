@@ -289,3 +289,31 @@ def test_only_plain_sticky_is_left_to_the_client(options: ChoiceOptions) -> None
 def test_without_client_sticky_sticky_is_always_explicit() -> None:
     chooser = PartitionChooser(view(6), STICKY)
     assert all(0 <= chooser.next_keyless() < 6 for _ in range(50))
+
+
+@given(
+    partition_sets,
+    st.lists(st.integers(1, 60), min_size=1, max_size=8),
+    st.integers(0, 2**32),
+)
+@settings(max_examples=150, deadline=None)
+def test_a_dealt_round_robin_batch_lands_where_single_choices_would(
+    parts: tuple[int, frozenset[int]], sizes: list[int], seed: int
+) -> None:
+    n, down = parts
+    dealt = PartitionChooser(view(n, down=down), rng=random.Random(seed))
+    single = PartitionChooser(view(n, down=down), rng=random.Random(seed))
+    for k in sizes:
+        deal = dealt.keyless_deal(k)
+        assert [deal[i % len(deal)] for i in range(k)] == [single.next_keyless() for _ in range(k)]
+
+
+def test_a_sticky_deal_is_one_step_and_moves_the_rotation_on() -> None:
+    dealt = PartitionChooser(view(4), STICKY, rng=random.Random(3))
+    single = PartitionChooser(view(4), STICKY, rng=random.Random(3))
+    assert dealt.keyless_deal(2) == (single.next_keyless(),)
+    single.next_keyless()
+    assert dealt.keyless_deal(1) == (single.next_keyless(),)
+    client = PartitionChooser(view(4), STICKY, client_sticky=True)
+    assert client.keyless_deal(500) == (CLIENT_PARTITIONER,)
+    assert PartitionChooser(view(3, down=frozenset({0, 1, 2}))).keyless_deal(5) == (NO_PARTITION,)

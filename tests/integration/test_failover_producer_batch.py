@@ -1,0 +1,179 @@
+"""FailoverProducer.produce_batch against librdkafka's mock cluster: the same guarantees as
+produce (every accepted message delivered once or reported, refusals named), one call."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from failover_partitioner import DeliveryReport, FailoverProducer, ProduceTimeout
+from failover_partitioner._murmur2 import partition_for_key
+from failover_partitioner.errors import BatchRefused
+from failover_partitioner.testing import MockCluster
+
+TOPIC = "batches"
+PARTITIONS = 6
+NOT_ENOUGH_REPLICAS = 19
+
+
+@pytest.fixture
+def mock() -> Iterator[MockCluster]:
+    with MockCluster(brokers=3) as cluster:
+        cluster.create_topic(TOPIC, PARTITIONS, 3)
+        yield cluster
+
+
+def producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
+    conf = {"bootstrap.servers": mock.bootstrap_servers, "acks": "all", "log_level": 0}
+    conf.update(kwargs.pop("conf", {}))
+    kwargs.setdefault("min_insync_replicas", 2)
+    p = FailoverProducer(conf, **kwargs)
+    p.health(TOPIC)
+    return p
+
+
+def consume_all(mock: MockCluster, expected: int, timeout_s: float = 30.0) -> list[Any]:
+    c = Consumer(
+        {
+            "bootstrap.servers": mock.bootstrap_servers,
+            "group.id": "batch-check",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expected and time.monotonic() < deadline:
+            out.extend(m for m in c.consume(1000, 0.2) if m.error() is None)
+        end = time.monotonic() + 0.5  # anything beyond `expected` would be a duplicate
+        while time.monotonic() < end:
+            out.extend(m for m in c.consume(1000, 0.1) if m.error() is None)
+        return out
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("strategy", ["round_robin", "sticky"])
+def test_a_batch_is_delivered_once_each_and_the_dicts_come_back_unchanged(
+    mock: MockCluster, strategy: str
+) -> None:
+    # A small local queue, so that the client refuses part of some batches (QUEUE_FULL).
+    p = producer(mock, strategy=strategy, conf={"queue.buffering.max.messages": 700})
+    n = 6000
+    batches = [[{"value": b"m%d" % (i + j)} for j in range(1000)] for i in range(0, n, 1000)]
+    for batch in batches:
+        p.produce_batch(TOPIC, batch)
+    assert p.flush(30) == 0
+    stats = p.statistics()
+    assert (stats.produced, stats.delivered, stats.final_failures) == (n, n, 0)
+    assert all(m.keys() == {"value"} for batch in batches for m in batch)
+    records = consume_all(mock, n)
+    values = Counter(m.value() for m in records)
+    assert set(values) == {b"m%d" % i for i in range(n)}
+    assert max(values.values()) == 1
+    p.close()
+
+
+def test_round_robin_deals_a_batch_out_as_one_by_one_would(mock: MockCluster) -> None:
+    p = producer(mock)
+    n = 6000
+    for i in range(0, n, 1000):
+        p.produce_batch(TOPIC, [{"value": b"m%d" % (i + j)} for j in range(1000)])
+    assert p.flush(30) == 0
+    per_partition = Counter(m.partition() for m in consume_all(mock, n))
+    assert per_partition == dict.fromkeys(range(PARTITIONS), n // PARTITIONS)
+    p.close()
+
+
+def test_a_batch_routes_around_a_refusing_broker(mock: MockCluster) -> None:
+    p = producer(mock)
+    lead = {v.partition: v.leader for v in p.health(TOPIC).partitions}
+    bad = lead[0]
+    bad_partitions = {part for part, b in lead.items() if b == bad}
+    n = 3000
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
+        for i in range(0, n, 500):
+            p.produce_batch(TOPIC, [{"value": b"m%d" % (i + j)} for j in range(500)])
+            p.poll(0)
+        assert p.flush(30) == 0
+    stats = p.statistics()
+    assert stats.delivered == n
+    assert stats.quarantines >= 1
+    records = consume_all(mock, n)
+    assert Counter(m.value() for m in records) == Counter(b"m%d" % i for i in range(n))
+    assert not {m.partition() for m in records} & bad_partitions
+    p.close()
+
+
+def test_callbacks_keys_headers_and_timestamps_take_the_single_path(mock: MockCluster) -> None:
+    seen: dict[bytes, list[tuple[Any, int, Any]]] = {}
+
+    def cb(err: Any, report: DeliveryReport) -> None:
+        value = report.value()
+        assert isinstance(value, bytes)
+        seen.setdefault(value, []).append((err, report.partition(), report.headers()))
+
+    p = producer(mock)
+    keys = [b"k%d" % i for i in range(50)]
+    p.produce_batch(TOPIC, [{"value": k, "key": k} for k in keys], on_delivery=cb)
+    p.produce_batch(
+        TOPIC,
+        [{"value": b"h", "headers": [("a", b"1")], "timestamp": 1_700_000_000_000}],
+        on_delivery=cb,
+    )
+    assert p.flush(10) == 0
+    assert all(len(v) == 1 for v in seen.values())
+    for k in keys:
+        [(err, partition, _)] = seen[k]
+        assert err is None
+        assert partition == partition_for_key(k, PARTITIONS)  # murmur2, like produce()
+    assert seen[b"h"] == [(None, seen[b"h"][0][1], [("a", b"1")])]
+    p.close()
+
+
+def test_refused_messages_are_named_and_the_others_accepted(mock: MockCluster) -> None:
+    p = producer(mock)
+    bad: list[Any] = [
+        {"value": b"a"},
+        {"value": 5},
+        {"value": b"c", "key": b"k"},
+        7,
+        {"value": b"e", "partition": 1},
+        {"value": b"f"},
+    ]
+    with pytest.raises(BatchRefused) as info:
+        p.produce_batch(TOPIC, bad)
+    assert [i for i, _ in info.value.refused] == [1, 3, 4]
+    assert all(isinstance(exc, TypeError) for _, exc in info.value.refused)
+    assert p.flush(10) == 0
+    stats = p.statistics()
+    assert (stats.produced, stats.delivered) == (3, 3)
+    with pytest.raises(TypeError, match="list of dicts"):
+        p.produce_batch(TOPIC, ({"value": b"x"},))  # type: ignore[arg-type]  # on purpose
+    with pytest.raises(TypeError, match="on_delivery must be callable"):
+        p.produce_batch(TOPIC, [{"value": b"x"}], on_delivery=3)  # type: ignore[arg-type]
+    p.close()
+
+
+def test_a_batch_over_the_inflow_limit_waits_then_refuses_the_rest(mock: MockCluster) -> None:
+    p = producer(mock, max_in_flight=100, produce_timeout_s=0.3)
+    for b in range(1, 4):
+        mock.broker_down(b)
+    with pytest.raises(BatchRefused) as info:
+        p.produce_batch(TOPIC, [{"value": b"m%d" % i} for i in range(250)])
+    refused = info.value.refused
+    assert [i for i, _ in refused] == list(range(100, 250))
+    assert all(isinstance(exc, ProduceTimeout) for _, exc in refused)
+    assert p.statistics().produced == 100
+    assert len(p) == 100
+    left = p.close(timeout=0.2)
+    assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
+        b"m%d" % i for i in range(100)
+    )
