@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 
 import failover_partitioner.mirror as mirror_pkg
 from failover_partitioner.errors import FailoverError
-from failover_partitioner.mirror import MirrorConfigError, MirrorError
+from failover_partitioner.mirror import MirrorConfigError, MirrorError, tune_gc
+from failover_partitioner.mirror._gc import GC_YOUNG_THRESHOLD
 from failover_partitioner.mirror.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,3 +112,15 @@ def test_a_setting_the_client_rejects_is_a_configuration_error(
     err = capsys.readouterr().err
     assert "source consumer config" in err
     assert "no.such.setting" in err
+
+
+def test_tune_gc_freezes_startup_objects_and_raises_the_young_threshold() -> None:
+    threshold = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD
+        assert gc.get_threshold()[1:] == threshold[1:]
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
