@@ -58,11 +58,22 @@ class DeliveryReport:
     assigning ``_m``, ``_cb``, ``_entry``, ``_partition`` and ``_attempts`` directly):
     ``_m`` = ``(topic, value, key, headers, timestamp)``; ``_cb`` the user's callback or None;
     ``_entry`` the retry buffer's entry; ``_partition`` and ``_attempts`` of the last attempt.
-    ``_msg`` (the client's report), ``_error`` and ``_dup`` are set only when there is
-    something to say, so readers use ``getattr`` with a default.
+    ``_msg`` (the client's report), ``_error``, ``_dup`` and ``_solo`` (its batch was refused
+    whole: send it alone) are set only when there is something to say, so readers use
+    ``getattr`` with a default.
     """
 
-    __slots__ = ("_attempts", "_cb", "_dup", "_entry", "_error", "_m", "_msg", "_partition")
+    __slots__ = (
+        "_attempts",
+        "_cb",
+        "_dup",
+        "_entry",
+        "_error",
+        "_m",
+        "_msg",
+        "_partition",
+        "_solo",
+    )
 
     _m: tuple[str, bytes | str | None, bytes | str | None, Headers | None, int | None]
     _cb: Any
@@ -72,6 +83,7 @@ class DeliveryReport:
     _msg: Any
     _error: Any
     _dup: bool
+    _solo: bool
 
     @classmethod
     def new(

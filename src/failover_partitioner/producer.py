@@ -22,6 +22,12 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   (:meth:`~failover_partitioner.choose.PartitionChooser.keyless_deal`); what the client
   refuses (queue full, a partition it does not know yet, a bad value) and every other kind of
   message take the single path, already counted in.
+* **A batch refused whole.** A broker answers a batch larger than its ``message.max.bytes``
+  (or holding one bad record) with MSG_SIZE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD
+  or CORRUPT_MESSAGE for every record in it. librdkafka cannot be told to split a batch, so
+  each such record is produced again alone, through a second client made on first need with
+  ``batch.num.messages=1``: a record refused there is refused for itself and ends with the
+  error; the others are delivered.
 * **Failures** are classified (:func:`~failover_partitioner.errors.classify`); the partition
   is quarantined at once when the error says so, and the message enters the
   :class:`retry_buffer.RetryBuffer`, the failed buffer with its retry policy. It can never
@@ -94,6 +100,10 @@ DeadLetterHook = Callable[[UndeliveredMessage, Any], None]
 """``hook(message, err)``: called once for each message that failed finally."""
 
 _names = itertools.count(1)
+
+# Errors a broker gives a whole batch because of one record in it (or its total size): each
+# record is then tried alone (see the module doc). The same set as the asyncio producer's.
+_PER_RECORD_CODES = frozenset({2, 10, 18, 87})
 
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
@@ -377,6 +387,9 @@ class FailoverProducer:
         )
         try:
             self._client = confluent_kafka.Producer(settings.client_conf)
+            self._client_conf = settings.client_conf
+            # The client for records sent alone (see the module doc), made on first need.
+            self._solo_client: Any = None
         except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
             raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
         self._produce_raw = self._client.produce
@@ -837,8 +850,9 @@ class FailoverProducer:
         previous = rec._partition
         rec._partition = p
         rec._attempts += 1
+        produce = self._produce_raw if not getattr(rec, "_solo", False) else self._solo().produce
         try:
-            self._produce_raw(topic, value, key, p, rec, None, timestamp or 0, headers)
+            produce(topic, value, key, p, rec, None, timestamp or 0, headers)
         except BaseException as exc:
             self._produce_raised(rec, exc, first=first, previous=previous)
             return
@@ -875,17 +889,34 @@ class FailoverProducer:
         if self._in_callback():
             return False
         topic, value, key, headers, timestamp = rec._m
+        produce = self._produce_raw if not getattr(rec, "_solo", False) else self._solo().produce
         deadline = time.monotonic() + self._produce_timeout_s
         while time.monotonic() < deadline:
             self._poll_client(0.01)
             rec._partition = partition
             rec._attempts += 1
             try:
-                self._produce_raw(topic, value, key, partition, rec, None, timestamp or 0, headers)
+                produce(topic, value, key, partition, rec, None, timestamp or 0, headers)
                 return True
             except BufferError:
                 rec._attempts -= 1
         return False
+
+    def _solo(self) -> Any:
+        """The client that sends each record in a batch of its own (made on first need)."""
+        solo = self._solo_client
+        if solo is None:
+            conf = {**self._client_conf, "batch.num.messages": 1, "linger.ms": 0}
+            if "client.id" in conf:
+                conf["client.id"] = f"{conf['client.id']}-solo"
+            solo = self._solo_client = confluent_kafka.Producer(conf)
+            logger.warning(
+                "%s: a broker refused a whole batch (too large, or a bad record in it); its "
+                "records are sent again one by one. If this repeats, set batch.size below the "
+                "topic's max.message.bytes",
+                self._name,
+            )
+        return solo
 
     def _admit(self, rec: _Record) -> Entry[_Record]:
         """Give ``rec`` its retry-buffer entry (on its first failure or wait)."""
@@ -925,6 +956,10 @@ class FailoverProducer:
         code = err.code()
         ec = classify(code, err.name())
         retriable = ec.retriable and not err.fatal()
+        if code in _PER_RECORD_CODES and not getattr(rec, "_solo", False) and retriable is False:
+            # Perhaps the batch's fault, not this record's: try it alone before giving up.
+            rec._solo = True
+            retriable = not err.fatal()
         partition = msg.partition() if msg is not None else rec._partition
         if partition is None or partition < 0:
             partition = rec._partition
@@ -1051,6 +1086,11 @@ class FailoverProducer:
             self._attention_at = next_at
             self._attention = True
 
+    def _client_len(self) -> int:
+        """Messages the clients hold (queued, in flight, or reports not yet served)."""
+        solo = self._solo_client
+        return len(self._client) + (len(solo) if solo is not None else 0)
+
     def _in_callback(self) -> bool:
         return bool(getattr(self._local, "depth", 0))
 
@@ -1058,7 +1098,10 @@ class FailoverProducer:
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
         try:
-            return int(self._client.poll(timeout))
+            served = int(self._client.poll(timeout))
+            if self._solo_client is not None:
+                served += int(self._solo_client.poll(0))
+            return served
         finally:
             local.depth -= 1
 
@@ -1066,7 +1109,10 @@ class FailoverProducer:
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
         try:
-            return int(self._client.flush(timeout))
+            left = int(self._client.flush(timeout))
+            if self._solo_client is not None:
+                left += int(self._solo_client.flush(0))
+            return left
         finally:
             local.depth -= 1
 
@@ -1124,6 +1170,9 @@ class FailoverProducer:
             slice_s = min(remaining, 0.1)
             if len(self._client):
                 self._flush_client(slice_s)
+            elif self._solo_client is not None and len(self._solo_client):
+                self._solo_client.flush(slice_s)
+                self._poll_client(0)
             else:
                 # Only waiting messages: sleep until one is due, serving callbacks meanwhile.
                 if self._attention:
@@ -1149,15 +1198,18 @@ class FailoverProducer:
                 # Take back what librdkafka still holds and serve the purge reports, so that
                 # every message ends up in the failed buffer, from where close() returns it.
                 client.purge(in_queue=True, in_flight=True, blocking=True)
+                solo = self._solo_client
+                if solo is not None:
+                    solo.purge(in_queue=True, in_flight=True, blocking=True)
                 deadline = time.monotonic() + 2.0
-                while len(client) and time.monotonic() < deadline:
+                while self._client_len() and time.monotonic() < deadline:
                     self._poll_client(0.05)
                 self._poll_client(0)
         finally:
             self._closed = True
             self._attention = True  # the next produce() looks, and raises ProducerClosed
             left = self._buffer.close()
-            unsure = len(client)
+            unsure = self._client_len()
             undelivered = [e.item.undelivered(in_flight=unsure > 0) for e in left]
             self._returned += len(left)
             for _ in left:
@@ -1168,6 +1220,8 @@ class FailoverProducer:
             self._source.close()
             if not unsure:
                 client.close()
+                if self._solo_client is not None:
+                    self._solo_client.close()
         if unsure:
             logger.error(
                 "%s closed while the client still held %d message(s) whose delivery reports "

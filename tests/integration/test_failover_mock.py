@@ -8,6 +8,7 @@ of delivery error is handled.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -154,28 +155,51 @@ def test_after_append_failures_are_counted_as_possible_duplicates(mock: MockClus
     assert len(set(ids)) == n  # one id per message, however many attempts it took
 
 
-def test_final_errors_end_the_message_at_once(mock: MockCluster) -> None:
-    """MSG_SIZE_TOO_LARGE from the broker: callback with the error and the dead-letter hook,
-    each once, and no retry loop."""
-    dead: list[tuple[UndeliveredMessage, Any]] = []
-    p = producer(mock, dead_letter=lambda m, e: dead.append((m, e)))
+def test_a_batch_refused_whole_is_delivered_record_by_record(mock: MockCluster) -> None:
+    """MSG_SIZE_TOO_LARGE for a whole batch (one Produce request): its records are not too
+    large alone, so each is sent again alone and delivered, callback once each."""
+    p = producer(mock)
     bad = leaders(p)[0]
     reports = Reports()
     mock.push_broker_errors(bad, MSG_SIZE_TOO_LARGE, 1)
     n = 300
     for i in range(n):
-        p.produce(TOPIC, b"m%d" % i, on_delivery=reports)
+        p.produce(TOPIC, b"m%d" % i, on_delivery=reports if i % 2 else None)
     assert p.flush(30) == 0
     stats = p.statistics()
+    assert p.close() == []
+    assert mock.broker_errors_left(bad) == 0, "the injected error hit no batch"
+    assert (stats.delivered, stats.final_failures) == (n, 0)
+    assert len(reports.by_value) == n // 2
+    assert all(len(r) == 1 and r[0][0] is None for r in reports.by_value.values())
+    assert stats.retries >= 1  # the refused batch's records went again
+    assert {r[0][2] for r in reports.by_value.values()} <= {1, 2}
+    values = Counter(m.value() for m in consume_all(mock, n))
+    assert values == Counter(b"m%d" % i for i in range(n))
+
+
+def test_a_record_refused_alone_ends_with_the_error(mock: MockCluster) -> None:
+    """Every broker answers MSG_SIZE_TOO_LARGE: each record is tried once more, alone, and
+    then ends with the error (callback and dead-letter hook once each), never a loop."""
+    dead: list[tuple[UndeliveredMessage, Any]] = []
+    p = producer(mock, dead_letter=lambda m, e: dead.append((m, e)))
+    p.health(TOPIC)
+    reports = Reports()
+    n = 40
+    with contextlib.ExitStack() as stack:
+        for b in range(1, 4):
+            stack.enter_context(mock.failing_produce(b, MSG_SIZE_TOO_LARGE))
+        for i in range(n):
+            p.produce(TOPIC, b"m%d" % i, on_delivery=reports)
+        assert p.flush(30) == 0
+    stats = p.statistics()
     p.close()
-    failed = {v: r for v, r in reports.by_value.items() if r[0][0] is not None}
-    assert failed, "the injected error hit no message"
     assert all(len(r) == 1 for r in reports.by_value.values())
-    assert {r[0][0].code() for r in failed.values()} == {KafkaError.MSG_SIZE_TOO_LARGE}
-    assert all(r[0][2] == 1 for r in failed.values())  # one attempt, never looped
-    assert stats.final_failures == len(failed) == len(dead)
-    assert {m.value for m, _ in dead} == set(failed)
-    assert stats.delivered == n - len(failed)
+    assert len(reports.by_value) == n
+    assert {r[0][0].code() for r in reports.by_value.values()} == {KafkaError.MSG_SIZE_TOO_LARGE}
+    assert {r[0][2] for r in reports.by_value.values()} == {2}  # in a batch, then alone
+    assert stats.final_failures == n == len(dead)
+    assert stats.delivered == 0
 
 
 def test_keys_stay_on_their_murmur2_partition_and_only_degraded_ones_move(
