@@ -25,7 +25,20 @@ T = TypeVar("T")
 class AsyncRetryBuffer(Generic[T]):
     """Inflow gate, failed buffer and retry policy for asyncio producers (loop thread only)."""
 
-    __slots__ = ("_core", "_on_final_failure", "_waiters")
+    __slots__ = ("_core", "_on_final_failure", "_waiters", "delivered", "try_admit")
+
+    delivered: Callable[[Entry[T]], None]
+    """``delivered(entry)``: final success, ``entry`` is counted out. A second outcome raises.
+
+    The accounting core's own method (one frame per delivery, the hot path); it wakes waiting
+    coroutines itself.
+    """
+
+    try_admit: Callable[[T], Entry[T] | None]
+    """``try_admit(item)``: count ``item`` in if there is room now; ``None`` otherwise.
+
+    The accounting core's own method: with no lock to take, the shell adds nothing to it.
+    """
 
     def __init__(
         self,
@@ -39,11 +52,14 @@ class AsyncRetryBuffer(Generic[T]):
                 f"on_final_failure must be None or a callable, got {on_final_failure!r}"
             )
         self._core: Accounting[T] = Accounting(
-            max_in_flight, RetryPolicy() if policy is None else policy, clock
+            max_in_flight, RetryPolicy() if policy is None else policy, clock, self._wake
         )
         self._on_final_failure = on_final_failure
-        # Futures of coroutines waiting for a change; all are woken on any change.
+        # Futures of coroutines waiting for a change; all are woken on any change. Their
+        # number is also in core.waiting, which is what core.delivered() looks at.
         self._waiters: list[asyncio.Future[None]] = []
+        self.delivered = self._core.delivered
+        self.try_admit = self._core.try_admit
 
     @property
     def limit(self) -> int:
@@ -72,13 +88,16 @@ class AsyncRetryBuffer(Generic[T]):
         """Wait until an outcome, a close or ``timeout_s`` seconds, whichever comes first."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
+        core = self._core
+        core.waiting += 1
         start = time.monotonic()
         try:
             await asyncio.wait((fut,), timeout=timeout_s)
         finally:
+            core.waiting -= 1
             if not fut.done():
                 fut.cancel()
-            self._core.wait_s += time.monotonic() - start
+            core.wait_s += time.monotonic() - start
 
     # -- admission ---------------------------------------------------------------------------
 
@@ -102,10 +121,6 @@ class AsyncRetryBuffer(Generic[T]):
             if entry is not None:
                 return entry
 
-    def try_admit(self, item: T) -> Entry[T] | None:
-        """Count ``item`` in if there is room now; ``None`` otherwise."""
-        return self._core.try_admit(item)
-
     async def admit_many(self, items: Sequence[T], timeout: float | None = None) -> list[Entry[T]]:
         """Admit the longest prefix of ``items`` that fits, waiting for room for at least one."""
         check_timeout(timeout)
@@ -117,12 +132,6 @@ class AsyncRetryBuffer(Generic[T]):
         return [await self.admit(items[0], timeout)]
 
     # -- outcomes ----------------------------------------------------------------------------
-
-    def delivered(self, entry: Entry[T]) -> None:
-        """Final success: count ``entry`` out. Reporting a second outcome raises."""
-        self._core.delivered(entry)
-        if self._waiters:
-            self._wake()
 
     def failed(
         self,

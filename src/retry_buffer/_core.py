@@ -12,12 +12,17 @@ The core is plain Python with an injected clock: no locks, threads or event loop
 never calls user code. Final failures are queued in ``pop_finals()`` for the shell to report
 after it has released its lock.
 
-``delivered()`` is the hot path and the threaded shell calls it without its lock: it changes
-shared state with a single ``dict.pop`` on the in-flight table, which is atomic in CPython (under
-the GIL, and under the dict's own lock in free-threaded builds). Every other change runs under
-the shell's lock, and the counters are arranged so that none of them races with that pop: the
-in-flight count is ``len(live)`` and ``delivered`` is derived, not incremented. ``close()`` pops
-entries one at a time for the same reason, so each entry ends either delivered or handed back.
+``delivered()`` is the hot path, and both shells hand it to their users as is: their
+``delivered`` *is* this method, so a delivery runs one Python frame. The threaded shell calls it
+without its lock: it changes shared state with a single ``dict.pop`` on the in-flight table,
+which is atomic in CPython (under the GIL, and under the dict's own lock in free-threaded
+builds). Every other change runs under the shell's lock, and the counters are arranged so that
+none of them races with that pop: the in-flight count is ``len(live)`` and ``delivered`` is
+derived, not incremented. ``close()`` pops entries one at a time for the same reason, so each
+entry ends either delivered or handed back. The shells count callers blocked waiting for room
+in ``waiting``, and register there *before* they look for room; ``delivered()`` reads it after
+its pop and calls the shell's ``wake`` only when someone waits. So a waiter either sees the
+room or is woken: never neither.
 """
 
 from __future__ import annotations
@@ -28,15 +33,13 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from ._errors import BufferClosed, InvalidArgument, RetryBufferError
-from ._model import _CLOSED, _DONE, _QUEUED, _SENT, Entry, RetryPolicy, Statistics
+from ._model import _CLOSED, _DONE, _QUEUED, _SENT, Entry, RetryPolicy, Statistics, _AdmittedEntry
 
 __all__ = ["Accounting"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_new_entry = object.__new__
 
 # Backoff delays double per attempt; past this many levels they are all backoff_max_s anyway.
 _MAX_LEVELS = 64
@@ -81,13 +84,21 @@ class Accounting(Generic[T]):
         "_peak_in_flight",
         "_retries",
         "_returned",
+        "_wake",
         "closed",
         "limit",
         "policy",
         "wait_s",
+        "waiting",
     )
 
-    def __init__(self, limit: int, policy: RetryPolicy, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        limit: int,
+        policy: RetryPolicy,
+        clock: Callable[[], float],
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
         self.limit = check_limit(limit)
         if not isinstance(policy, RetryPolicy):
             raise InvalidArgument(f"policy must be a RetryPolicy, got {policy!r}")
@@ -97,6 +108,10 @@ class Accounting(Generic[T]):
         self._clock = clock
         self.closed = False
         self.wait_s = 0.0
+        # Callers blocked waiting for a change, counted by the shell; delivered() calls
+        # wake() (the shell's, which must not call back into the core) while it is non-zero.
+        self.waiting = 0
+        self._wake = wake
         # Admission compares the in-flight count with _gate: the limit, or 0 once closed, so
         # the hot path needs one comparison.
         self._gate = limit
@@ -144,7 +159,7 @@ class Accounting(Generic[T]):
         self._next_seq = seq + 1
         clock = self._clock  # a local call specializes; self._clock() would not
         # Entry.__init__'s fields, set here without its frame: this is the hot path.
-        entry: Entry[T] = _new_entry(Entry)
+        entry: Entry[T] = _AdmittedEntry()
         entry.item = item
         entry.seq = seq
         entry.attempts = 1
@@ -184,6 +199,8 @@ class Accounting(Generic[T]):
             popped = self._live.pop(entry.seq, None)
             if popped is entry:
                 entry._state = _DONE
+                if self.waiting:  # read after the pop: see the module doc
+                    self._wake()
                 return
             if popped is not None:  # another buffer's entry with the same seq: undo
                 self._live[popped.seq] = popped

@@ -31,7 +31,14 @@ class RetryBuffer(Generic[T]):
     are real seconds.
     """
 
-    __slots__ = ("_cond", "_core", "_lock", "_on_final_failure", "_waiters")
+    __slots__ = ("_cond", "_core", "_lock", "_on_final_failure", "delivered")
+
+    delivered: Callable[[Entry[T]], None]
+    """``delivered(entry)``: final success, ``entry`` is counted out. A second outcome raises.
+
+    The accounting core's own method (one frame per delivery, the hot path): it takes no lock
+    unless a thread waits for room, so delivery callbacks do not contend with the producer.
+    """
 
     def __init__(
         self,
@@ -44,14 +51,20 @@ class RetryBuffer(Generic[T]):
             raise InvalidArgument(
                 f"on_final_failure must be None or a callable, got {on_final_failure!r}"
             )
+        self._lock = threading.Lock()
+        cond = self._cond = threading.Condition(self._lock)
+
+        def wake() -> None:  # closes over the condition only: no cycle through the core
+            with cond:
+                cond.notify_all()
+
+        # Threads blocked in a wait are counted in core.waiting; outcome reporters notify only
+        # when it is non-zero.
         self._core: Accounting[T] = Accounting(
-            max_in_flight, RetryPolicy() if policy is None else policy, clock
+            max_in_flight, RetryPolicy() if policy is None else policy, clock, wake
         )
         self._on_final_failure = on_final_failure
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        # Threads blocked in a wait; outcome reporters notify only when this is non-zero.
-        self._waiters = 0
+        self.delivered = self._core.delivered
 
     @property
     def limit(self) -> int:
@@ -113,8 +126,8 @@ class RetryBuffer(Generic[T]):
         core = self._core
         with self._cond:
             # Registered before looking for room: delivered() frees room without the lock and
-            # then reads _waiters, so a waiter counted only after its look could miss the wake.
-            self._waiters += 1
+            # then reads the count, so a waiter counted only after its look could miss the wake.
+            core.waiting += 1
             try:
                 entry = core.try_admit(item)
                 if entry is not None:
@@ -136,21 +149,9 @@ class RetryBuffer(Generic[T]):
                 finally:
                     core.wait_s += time.monotonic() - start
             finally:
-                self._waiters -= 1
+                core.waiting -= 1
 
     # -- outcomes ----------------------------------------------------------------------------
-
-    def delivered(self, entry: Entry[T]) -> None:
-        """Final success: count ``entry`` out. Reporting a second outcome raises.
-
-        Takes the lock only to wake waiting threads (see ``_core`` on why it may skip it).
-        """
-        self._core.delivered(entry)
-        if self._waiters:
-            # Read after the entry left the table: a thread that registered as a waiter
-            # later sees the room when it checks under the lock, before it waits.
-            with self._cond:
-                self._cond.notify_all()
 
     def failed(
         self,
@@ -169,7 +170,7 @@ class RetryBuffer(Generic[T]):
         with self._lock:
             queued = self._core.failed(entry, error, retriable, possibly_persisted)
             finals = self._core.pop_finals()
-            if self._waiters:
+            if self._core.waiting:
                 self._cond.notify_all()
         if finals:
             report_finals(finals, self._on_final_failure)
@@ -186,7 +187,7 @@ class RetryBuffer(Generic[T]):
         with self._lock:
             entry = core.take_failed()
             finals = core.pop_finals()
-            if finals and self._waiters:
+            if finals and core.waiting:
                 self._cond.notify_all()
         if finals:
             report_finals(finals, self._on_final_failure)
@@ -203,7 +204,7 @@ class RetryBuffer(Generic[T]):
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            self._waiters += 1
+            core.waiting += 1
             try:
                 while core.in_flight():
                     remaining = None if deadline is None else deadline - time.monotonic()
@@ -212,7 +213,7 @@ class RetryBuffer(Generic[T]):
                     self._cond.wait(remaining)
                 return True
             finally:
-                self._waiters -= 1
+                core.waiting -= 1
 
     def close(self) -> list[Entry[T]]:
         """Refuse further admission and return every entry not yet done, in admission order.
@@ -342,7 +343,7 @@ class Merger(Generic[T]):
                 if entry is not None:
                     self._held = _NOTHING
             finals = core.pop_finals() if core._finals else None
-            if finals and buf._waiters:
+            if finals and core.waiting:
                 buf._cond.notify_all()
             pull_more = (
                 entry is None and self._held is _NOTHING and not self._exhausted and core.has_room()
@@ -380,7 +381,7 @@ class Merger(Generic[T]):
                 if core.closed:
                     raise BufferClosed("Merger.next(): the buffer is closed")
                 # Registered before looking, as in RetryBuffer._admit_waiting.
-                buf._waiters += 1
+                core.waiting += 1
                 try:
                     if self._can_progress():
                         continue  # something changed since _step looked
@@ -396,4 +397,4 @@ class Merger(Generic[T]):
                     finally:
                         core.wait_s += time.monotonic() - start
                 finally:
-                    buf._waiters -= 1
+                    core.waiting -= 1

@@ -149,7 +149,7 @@ def test_close_wakes_blocked_admitters_and_every_entry_ends_once() -> None:
     t = threading.Thread(target=blocked)
     t.start()
     deadline = time.monotonic() + JOIN_S
-    while buf._waiters == 0 and time.monotonic() < deadline:  # wait until it blocks
+    while buf._core.waiting == 0 and time.monotonic() < deadline:  # wait until it blocks
         time.sleep(0.001)
     left = buf.close()
     _join_all([t])
