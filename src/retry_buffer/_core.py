@@ -164,9 +164,6 @@ class Accounting(Generic[T]):
         entry.seq = seq
         entry.attempts = 1
         entry.admitted_at = clock()
-        entry.first_failure_at = None
-        entry.last_error = None
-        entry.possibly_duplicated = False
         entry._state = _SENT
         live[seq] = entry
         if n >= self._peak_in_flight:
@@ -213,11 +210,11 @@ class Accounting(Generic[T]):
         if self.closed or entry._state != _SENT or self._live.get(entry.seq) is not entry:
             raise self._misuse(entry, "failed")
         now = self._clock()
-        entry.last_error = error
-        if entry.first_failure_at is None:
-            entry.first_failure_at = now
+        entry._last_error = error
+        if entry.attempts == 1:  # its first failure: attempts grow only when one is retried
+            entry._first_failure_at = now
         if possibly_persisted and not entry.possibly_duplicated:
-            entry.possibly_duplicated = True
+            entry._possibly_duplicated = True
             self._duplicates += 1
         policy = self.policy
         if retriable and (policy.max_attempts is None or entry.attempts < policy.max_attempts):

@@ -81,16 +81,18 @@ class Entry(Generic[T]):
     """
 
     # A slotted class rather than a dataclass: admission creates one per message, on the hot path.
+    # The failure fields stay unset until the first failure (most entries never fail, and each
+    # store costs on that path); their properties read an unset one as its default.
     __slots__ = (
         "_due_at",
         "_failed_order",
+        "_first_failure_at",
+        "_last_error",
+        "_possibly_duplicated",
         "_state",
         "admitted_at",
         "attempts",
-        "first_failure_at",
         "item",
-        "last_error",
-        "possibly_duplicated",
         "seq",
     )
 
@@ -98,10 +100,10 @@ class Entry(Generic[T]):
     seq: int
     attempts: int
     admitted_at: float
-    first_failure_at: float | None
-    last_error: object | None
-    possibly_duplicated: bool
     _state: int
+    _first_failure_at: float  # set at the first failure
+    _last_error: object  # set at each failure
+    _possibly_duplicated: bool  # set when a failure says the broker may have stored it
     _due_at: float  # set when the entry enters the failed buffer
     _failed_order: int  # likewise: failure order, to hand out the oldest due entry first
 
@@ -110,10 +112,31 @@ class Entry(Generic[T]):
         self.seq = seq
         self.attempts = 1
         self.admitted_at = admitted_at
-        self.first_failure_at = None
-        self.last_error = None
-        self.possibly_duplicated = False
         self._state = _SENT
+
+    @property
+    def first_failure_at(self) -> float | None:
+        """Clock time of the first failed attempt; None while none has failed."""
+        try:
+            return self._first_failure_at
+        except AttributeError:
+            return None
+
+    @property
+    def last_error(self) -> object | None:
+        """The error reported with the latest failed attempt; None while none has failed."""
+        try:
+            return self._last_error
+        except AttributeError:
+            return None
+
+    @property
+    def possibly_duplicated(self) -> bool:
+        """A failure was reported with ``possibly_persisted=True``: a retry may duplicate it."""
+        try:
+            return self._possibly_duplicated
+        except AttributeError:
+            return False
 
     def __repr__(self) -> str:
         return (

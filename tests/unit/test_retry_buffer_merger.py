@@ -7,6 +7,7 @@ import time
 import pytest
 
 from retry_buffer import (
+    AsyncRetryBuffer,
     BufferClosed,
     Entry,
     InflowTimeout,
@@ -245,6 +246,46 @@ def test_admit_many_admits_the_prefix_that_fits() -> None:
     buf.delivered(first[0])
     assert [e.item for e in buf.admit_many([5, 6])] == [5]
     assert buf.statistics().peak_in_flight == 5
+
+
+_PUBLIC_FIELDS = (
+    "item",
+    "seq",
+    "attempts",
+    "admitted_at",
+    "first_failure_at",
+    "last_error",
+    "possibly_duplicated",
+)
+
+
+def _fields(entry: Entry[str]) -> list[object]:
+    return [getattr(entry, name) for name in _PUBLIC_FIELDS]
+
+
+def test_admitted_entries_read_like_constructed_ones_until_and_after_a_failure() -> None:
+    # Admission sets an entry's fields itself (no __init__ on the hot path): whichever way an
+    # entry is made, its public fields read the same.
+    clock = FakeClock()
+    clock.now = 7.0
+    buf: RetryBuffer[str] = RetryBuffer(clock=clock)
+    abuf: AsyncRetryBuffer[str] = AsyncRetryBuffer(clock=clock)
+    made = [buf.admit("a"), buf.try_admit("b"), *buf.admit_many(["c"]), abuf.try_admit("d")]
+    built = [Entry("a", 0, 7.0), Entry("b", 1, 7.0), Entry("c", 2, 7.0), Entry("d", 0, 7.0)]
+    for m, b in zip(made, built, strict=True):
+        assert m is not None
+        assert isinstance(m, Entry)
+        assert _fields(m) == _fields(b) == [b.item, b.seq, 1, 7.0, None, None, False]
+        assert repr(m) == repr(b)
+    first = made[0]
+    assert first is not None
+    clock.now = 9.0
+    assert buf.failed(first, "boom", possibly_persisted=True)
+    clock.now = 11.0
+    again = buf.take_failed()
+    assert again is first
+    assert buf.failed(first, "bang")
+    assert _fields(first) == ["a", 0, 2, 7.0, 9.0, "bang", True]
 
 
 def test_final_failure_without_callback_is_logged_and_counted(
