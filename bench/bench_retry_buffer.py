@@ -1,9 +1,12 @@
 """Per-message cost of the retry buffer's hot path (issue 5): at most 1 microsecond, median.
 
-Each figure is the median over several runs of (run time / messages) for one message going
-through admission and its final outcome, with the buffer's default limit and one message in
-flight at a time (the uncontended path a producer takes when nothing fails). The reference is
-an empty loop making one Python function call per message, measured in the same run.
+The issue's figure is "admit + merge + done": a ``Merger`` admits the next source item and
+hands it out (``next()``), and ``delivered()`` counts it out. Each figure is the median over
+several runs of (run time / messages) for one message going through admission and its final
+outcome, with the buffer's default limit and one message in flight at a time (the uncontended
+path a producer takes when nothing fails). The reference is an empty loop making one Python
+function call per message; the floor is what admission cannot avoid (one small object with
+the entry's hot fields, one clock read); both measured in the same run.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from functools import partial
 
 from harness import Figure, median_time
-from retry_buffer import AsyncRetryBuffer, Entry, Merger, RetryBuffer
+from retry_buffer import AsyncRetryBuffer, Merger, RetryBuffer
 
 ISSUE = 5
 TARGET_US = 1.0
@@ -32,11 +35,26 @@ def _reference(n: int) -> None:
         call(i)
 
 
+class _Bare:
+    # An entry's hot fields (what admission sets) and nothing else: no methods, no __init__.
+    __slots__ = ("_state", "admitted_at", "attempts", "item", "seq")
+    item: int
+    seq: int
+    attempts: int
+    admitted_at: float
+    _state: int
+
+
 def _floor(n: int) -> None:
-    # What admission cannot avoid: one Entry object and one clock read per message.
+    # What admission cannot avoid: one small object and one clock read per message.
     clock = time.monotonic
     for i in range(n):
-        Entry(i, i, clock())
+        e = _Bare()
+        e.item = i
+        e.seq = i
+        e.attempts = 1
+        e.admitted_at = clock()
+        e._state = 0
 
 
 def _admit_delivered(n: int) -> None:
@@ -85,12 +103,16 @@ def run(quick: bool) -> list[Figure]:
     ref = _per_message_us(partial(_reference, n), n, repeat)
     floor = _per_message_us(partial(_floor, n), n, repeat)
     scale = (
-        f"reference: empty loop with one call per message; floor (Entry + clock read): "
-        f"{floor:.3f} us"
+        f"reference: empty loop with one call per message; floor (a bare 5-field object + "
+        f"clock read): {floor:.3f} us"
     )
     cases = [
+        (
+            "admit + merge + done (Merger.next + delivered), per message (us)",
+            _merger_delivered,
+            scale,
+        ),
         ("admit + delivered, per message (us)", _admit_delivered, scale),
-        ("Merger.next + delivered, per message (us)", _merger_delivered, scale),
         (
             f"admit_many({BATCH}) + delivered, per message (us)",
             _admit_many_delivered,
