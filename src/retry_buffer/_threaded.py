@@ -249,12 +249,14 @@ class Merger(Generic[T]):
     reported from any thread, including the one calling ``next()``.
     """
 
-    __slots__ = ("_buffer", "_exhausted", "_held", "_source")
+    __slots__ = ("_buffer", "_core", "_exhausted", "_held", "_lock", "_source")
 
     def __init__(self, buffer: RetryBuffer[T], source: Iterable[T]) -> None:
         if not isinstance(buffer, RetryBuffer):
             raise InvalidArgument(f"Merger needs a RetryBuffer, got {buffer!r}")
         self._buffer = buffer
+        self._core = buffer._core  # the buffer's, cached: next() runs once per message
+        self._lock = buffer._lock
         self._source: Iterator[T] = iter(source)
         self._exhausted = False
         # An item pulled from the source whose admission lost a race for room with another
@@ -284,7 +286,7 @@ class Merger(Generic[T]):
         """
         if timeout is not None and not timeout >= 0:
             check_timeout(timeout)
-        core = self._buffer._core
+        core = self._core
         # Fast path, the common case: nothing failed, room, the source has an item. The
         # unlocked peek only decides whether to read the source; admission is decided under
         # the lock, and an item that lost the room to another admitting thread is held.
@@ -299,7 +301,7 @@ class Merger(Generic[T]):
             except StopIteration:
                 self._exhausted = True
             else:
-                lock = self._buffer._lock
+                lock = self._lock
                 lock.acquire()
                 try:
                     entry = None if core.closed else core.try_admit(item)
