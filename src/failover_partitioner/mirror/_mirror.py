@@ -6,8 +6,9 @@ One thread does everything, so every piece of state has one writer:
 
 * ``consume`` hands each message to the producer and records its offset in the partition's
   :class:`~._commits.PartitionTracker`. Delivery callbacks run inside ``producer.poll`` on the
-  same thread; they only update trackers and counters, and queue failures. Nothing blocking
-  (poll, flush, produce, commit) ever runs inside a delivery callback: librdkafka would re-enter.
+  same thread; they only update trackers (delivered counts derive from them) and queue
+  failures. Nothing blocking (poll, flush, produce, commit) ever runs inside a delivery
+  callback: librdkafka would re-enter.
 * Commits store, per partition, the first offset not finally delivered (``_commits``), so a
   crash at any moment re-mirrors at most the uncommitted window and loses nothing.
 * The window (messages consumed and not committed) is bounded by ``max_in_flight``: the loop
