@@ -103,8 +103,12 @@ class AsyncRetryBuffer(Generic[T]):
 
     async def admit(self, item: T, timeout: float | None = None) -> Entry[T]:
         """Count ``item`` in, waiting up to ``timeout`` seconds (None: no bound) for room."""
-        if timeout is not None and not timeout >= 0:
-            check_timeout(timeout)
+        if timeout is not None:
+            try:  # a quick test for the usual case; check_timeout says what is wrong
+                if not timeout >= 0.0:  # a float compare specializes
+                    check_timeout(timeout)
+            except TypeError:
+                check_timeout(timeout)
         entry = self._core.try_admit(item)
         if entry is not None:
             return entry

@@ -89,8 +89,12 @@ class RetryBuffer(Generic[T]):
 
         ``timeout=0`` refuses at once. Raises ``InflowTimeout`` or ``BufferClosed``.
         """
-        if timeout is not None and not timeout >= 0:
-            check_timeout(timeout)
+        if timeout is not None:
+            try:  # a quick test for the usual case; check_timeout says what is wrong
+                if not timeout >= 0.0:  # a float compare specializes
+                    check_timeout(timeout)
+            except TypeError:
+                check_timeout(timeout)
         lock = self._lock
         lock.acquire()
         try:
@@ -284,8 +288,12 @@ class Merger(Generic[T]):
         within the timeout; never waits longer, so the thread that reports failures may
         call it too. Raises ``BufferClosed`` after the buffer is closed.
         """
-        if timeout is not None and not timeout >= 0:
-            check_timeout(timeout)
+        if timeout is not None:
+            try:  # a quick test for the usual case; check_timeout says what is wrong
+                if not timeout >= 0.0:  # a float compare specializes
+                    check_timeout(timeout)
+            except TypeError:
+                check_timeout(timeout)
         core = self._core
         # Fast path, the common case: nothing failed, room, the source has an item. The
         # unlocked peek only decides whether to read the source; admission is decided under

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -53,6 +57,22 @@ def test_bad_policy_object_and_callback_are_refused() -> None:
         RetryBuffer(policy={"max_attempts": 3})  # type: ignore[arg-type]  # testing bad input
     with pytest.raises(InvalidArgument, match="on_final_failure"):
         RetryBuffer(on_final_failure="log")  # type: ignore[arg-type]  # testing bad input
+
+
+@pytest.mark.parametrize("timeout", ["1", b"1", [1]])
+def test_timeouts_that_are_not_numbers_are_refused_naming_them(timeout: object) -> None:
+    buf: RetryBuffer[int] = RetryBuffer(max_in_flight=1)
+    abuf: AsyncRetryBuffer[int] = AsyncRetryBuffer(max_in_flight=1)
+    bad: Any = timeout
+    calls: list[Callable[[], object]] = [
+        lambda: buf.admit(1, timeout=bad),
+        lambda: Merger(buf, [1]).next(bad),
+        lambda: asyncio.run(abuf.admit(1, timeout=bad)),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgument, match=rf"timeout.*got {re.escape(repr(timeout))}"):
+            call()
+    assert buf.in_flight == abuf.in_flight == 0
 
 
 @pytest.mark.parametrize("timeout", [-1, -0.001, math.nan])
