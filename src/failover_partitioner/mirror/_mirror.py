@@ -370,62 +370,65 @@ class Mirror:
         run = 0
         target = ""
         prefix: Headers = []
-        for msg in batch:
-            err = msg.error()
-            if err is not None:
-                self._consumer_error(err)
-                continue
-            topic = msg.topic()
-            partition = msg.partition()
-            offset = msg.offset()
-            assert topic is not None
-            assert partition is not None
-            assert offset is not None
-            if partition != last_partition or topic != last_topic:
-                if run:
-                    consumed[last_topic] = consumed.get(last_topic, 0) + run
-                    run = 0
-                last_topic, last_partition = topic, partition
-                tracker = get_tracker(topic, partition)
-                handed = None if tracker is None else tracker.handed
-                target = self._router.target(topic)
+        try:
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    self._consumer_error(err)
+                    continue
+                topic = msg.topic()
+                partition = msg.partition()
+                offset = msg.offset()
+                assert topic is not None
+                assert partition is not None
+                assert offset is not None
+                if partition != last_partition or topic != last_topic:
+                    if run:
+                        consumed[last_topic] = consumed.get(last_topic, 0) + run
+                        run = 0
+                    last_topic, last_partition = topic, partition
+                    tracker = get_tracker(topic, partition)
+                    handed = None if tracker is None else tracker.handed
+                    target = self._router.target(topic)
+                    if provenance:
+                        prefix = self._provenance_prefix(topic, partition)
+                if tracker is None or handed is None:
+                    continue  # revoked while the batch was out; the new owner reads it again
+                # A consumed message's headers are always a list of pairs, never the dict form.
+                headers: Headers | None = msg.headers()  # type: ignore[assignment]
                 if provenance:
-                    prefix = self._provenance_prefix(topic, partition)
-            if tracker is None or handed is None:
-                continue  # revoked while the batch was out; the new owner reads it again
-            # A consumed message's headers are always a list of pairs, never the dict form.
-            headers: Headers | None = msg.headers()  # type: ignore[assignment]
-            if provenance:
-                # One new list per message. The consumed message's list is left as it is: the
-                # client may hand the same list out again (failure reports read it).
-                if headers:
-                    headers = [*headers, *prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
-                else:
-                    headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
-            ts_type, ts = msg.timestamp()
-            handed(offset)
-            run += 1
-            callback = partial(on_delivery, tracker, msg)
-            try:
-                produce(
-                    target,
-                    msg.value(),
-                    msg.key(),
-                    headers,
-                    callback,
-                    ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
-                )
-            except (BufferError, ProduceTimeout):
-                if not self._produce_when_room(target, msg, headers, callback, ts_type, ts):
-                    tracker.withdraw(offset)
-                    consumed[topic] = consumed.get(topic, 0) + run - 1
-                    return  # stopping: the rest of the batch is not handed, nor committed
-            except (KafkaException, ValueError, TypeError) as exc:
-                self._failures.append(
-                    _Failure(tracker=tracker, source=msg, target_topic=target, error=str(exc))
-                )
-        if run:
-            consumed[last_topic] = consumed.get(last_topic, 0) + run
+                    # One new list per message. The consumed message's list is left as it is: the
+                    # client may hand the same list out again (failure reports read it).
+                    if headers:
+                        headers = [*headers, *prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
+                    else:
+                        headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
+                ts_type, ts = msg.timestamp()
+                handed(offset)
+                run += 1
+                callback = partial(on_delivery, tracker, msg)
+                try:
+                    produce(
+                        target,
+                        msg.value(),
+                        msg.key(),
+                        headers,
+                        callback,
+                        ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+                    )
+                except (BufferError, ProduceTimeout):
+                    if not self._produce_when_room(target, msg, headers, callback, ts_type, ts):
+                        tracker.withdraw(offset)
+                        run -= 1
+                        return  # stopping: the rest of the batch is not handed, nor committed
+                except (KafkaException, ValueError, TypeError) as exc:
+                    self._failures.append(
+                        _Failure(tracker=tracker, source=msg, target_topic=target, error=str(exc))
+                    )
+        finally:
+            # Also when a consumer error or the producer raises midway: what was handed counts.
+            if run:
+                consumed[last_topic] = consumed.get(last_topic, 0) + run
 
     def _produce_when_room(
         self,
