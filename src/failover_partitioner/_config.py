@@ -42,12 +42,16 @@ CLIENT_DEFAULTS: Mapping[str, Any] = {
     "retries": 0,
     "message.timeout.ms": 10_000,
     "request.timeout.ms": 5_000,
+    # The Java client's key placement (murmur2), which the producer's keyed choice follows:
+    # with it, librdkafka can place a key itself while the topic is whole (choose.py).
+    "partitioner": "murmur2_random",
 }
 
 _ALIASES: Mapping[str, tuple[str, ...]] = {
     "retries": ("retries", "message.send.max.retries"),
     "message.timeout.ms": ("message.timeout.ms", "delivery.timeout.ms"),
     "request.timeout.ms": ("request.timeout.ms",),
+    "partitioner": ("partitioner",),
 }
 
 # Keys that only the Python layer of confluent-kafka reads; they stay with the producer.

@@ -33,13 +33,17 @@ class TopicState:
         options: ChoiceOptions,
         *,
         client_sticky: bool = False,
+        client_keyed: bool = False,
     ) -> None:
         self.lock = threading.Lock()
         self.metadata = metadata
         self.quarantine = Quarantine(policy)
         self.quarantines = 0
         self.chooser = PartitionChooser(
-            TopicView.build(metadata), options, client_sticky=client_sticky
+            TopicView.build(metadata),
+            options,
+            client_sticky=client_sticky,
+            client_keyed=client_keyed,
         )
 
     @property

@@ -31,6 +31,12 @@ Leaving the choice to the client
     check and the send is the race every choice has: the failure quarantines it, the view
     stops covering every partition, and the retry is placed explicitly.
 
+    Likewise ``client_keyed=True`` (the confluent-kafka producer's when its client runs
+    librdkafka's ``murmur2_random`` partitioner, the Java client's rule) answers keyed
+    messages with :data:`CLIENT_PARTITIONER` while every partition is usable and
+    ``key_policy="failover"``: the key's home partition is then usable, and librdkafka
+    computes the same one in C.
+
 Everything the hot path needs is precomputed per view in a :class:`_Plan` that is swapped as one
 attribute; a keyless round-robin choice is one ``next()`` on an ``itertools.cycle``.
 """
@@ -195,18 +201,28 @@ class _Plan:
             self.cycle = itertools.repeat(NO_PARTITION)
 
 
+def _client_places(key: bytes) -> int:
+    return CLIENT_PARTITIONER
+
+
 def _keyed_for(
     plan: _Plan,
     home: Callable[[bytes, int], int],
     seed: Callable[[bytes], int],
     strict: bool,
+    client: bool = False,
 ) -> Callable[[bytes], int]:
-    """The keyed choice for ``plan``, as a closure: locals are cheaper than attribute reads."""
+    """The keyed choice for ``plan``, as a closure: locals are cheaper than attribute reads.
+
+    ``client``: the client's partitioner computes the home partition (only when it is usable
+    for every key, i.e. every partition is)."""
     n = plan.num_partitions
     mask = plan.usable_mask
     usable = plan.usable
     if n == 0:
         return lambda key: NO_PARTITION
+    if client and not strict and len(usable) == n:
+        return _client_places
 
     def keyed(key: bytes) -> int:
         p = home(key, n)
@@ -230,6 +246,7 @@ class PartitionChooser:
     """
 
     __slots__ = (
+        "_client_keyed",
         "_client_sticky",
         "_home",
         "_options",
@@ -255,8 +272,10 @@ class PartitionChooser:
         home: Callable[[bytes, int], int] = partition_for_key,
         seed: Callable[[bytes], int] = positive_murmur2,
         client_sticky: bool = False,
+        client_keyed: bool = False,
     ) -> None:
         self._options = options or ChoiceOptions()
+        self._client_keyed = client_keyed
         # Leave keyless messages to the client while the topic is whole (see the module doc).
         self._client_sticky = client_sticky and self._options.client_can_stick
         self._rng = rng or random.Random()
@@ -291,7 +310,7 @@ class PartitionChooser:
         plan = _Plan(view, self._options, self._rng, self._client_sticky)
         self._view = view
         self._plan = plan
-        self.keyed = _keyed_for(plan, self._home, self._seed, self._strict)
+        self.keyed = _keyed_for(plan, self._home, self._seed, self._strict, self._client_keyed)
         if self._options.counts_bytes:
             self.next_keyless = self._sticky
         else:

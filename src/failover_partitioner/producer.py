@@ -412,6 +412,8 @@ class FailoverProducer:
         # sticky.partitioning.linger.ms=0 turns librdkafka's sticky partitioner off.
         linger = str(conf.get("sticky.partitioning.linger.ms", "")).strip()
         self._client_sticky = linger not in ("0", "0.0")
+        # Keys go to librdkafka's partitioner only when it is the Java client's (murmur2).
+        self._client_keyed = settings.client_conf.get("partitioner") == "murmur2_random"
         self._topics_lock = threading.Lock()
         self._watched: set[str] = set()
         self._local = threading.local()
@@ -1037,7 +1039,11 @@ class FailoverProducer:
                 state = self._topics.get(topic)
                 if state is None:
                     state = _TopicState(
-                        md, self._qpolicy, self._options, client_sticky=self._client_sticky
+                        md,
+                        self._qpolicy,
+                        self._options,
+                        client_sticky=self._client_sticky,
+                        client_keyed=self._client_keyed,
                     )
                     self._topics[topic] = state
                     self._choosers[topic] = state.chooser

@@ -139,3 +139,10 @@ def test_both_producers_share_every_default_of_their_common_options() -> None:
     for name in ("strategy", "key_policy", "headroom", "client_rack", "sticky_messages"):
         assert getattr(options, name) == sync[name].default
     assert options.sticky_bytes == sync["sticky_bytes"].default
+
+
+def test_the_java_key_placement_is_the_default_partitioner_and_the_users_wins() -> None:
+    assert client_settings(BASE).client_conf["partitioner"] == "murmur2_random"
+    mine = client_settings({**BASE, "partitioner": "consistent"})
+    assert mine.client_conf["partitioner"] == "consistent"
+    assert mine.warnings == ()

@@ -317,3 +317,21 @@ def test_a_sticky_deal_is_one_step_and_moves_the_rotation_on() -> None:
     client = PartitionChooser(view(4), STICKY, client_sticky=True)
     assert client.keyless_deal(500) == (CLIENT_PARTITIONER,)
     assert PartitionChooser(view(3, down=frozenset({0, 1, 2}))).keyless_deal(5) == (NO_PARTITION,)
+
+
+def test_a_client_keyed_chooser_leaves_keys_to_the_client_only_while_all_are_usable() -> None:
+    chooser = PartitionChooser(view(6), client_keyed=True)
+    assert {chooser.keyed(b"k%d" % i) for i in range(50)} == {CLIENT_PARTITIONER}
+    chooser.update(view(6, down=frozenset({1})))
+    # Degraded: explicit, the home partition while usable, else rendezvous over the others.
+    for i in range(200):
+        key = b"k%d" % i
+        home = partition_for_key(key, 6)
+        p = chooser.keyed(key)
+        assert p == home if home != 1 else p in {0, 2, 3, 4, 5}
+    chooser.update(view(6))
+    assert chooser.keyed(b"x") == CLIENT_PARTITIONER
+    # strict keeps every choice explicit, as does a chooser without client_keyed
+    strict = PartitionChooser(view(6), ChoiceOptions(key_policy="strict"), client_keyed=True)
+    assert strict.keyed(b"x") == partition_for_key(b"x", 6)
+    assert PartitionChooser(view(6)).keyed(b"x") == partition_for_key(b"x", 6)
