@@ -201,6 +201,36 @@ def test_a_delivery_just_before_an_admit_starts_waiting_still_wakes_it(
     assert buf.statistics().delivered == 1
 
 
+def test_a_delivery_just_before_a_merger_starts_waiting_still_wakes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As above, for Merger.next(timeout=None): the delivery lands between its last look
+    # (whether it can progress) and its wait.
+    buf: RetryBuffer[int] = RetryBuffer(max_in_flight=1)
+    first = buf.admit(0)
+    merger = Merger(buf, [1])
+    real_can_progress = Merger._can_progress
+    looks: list[bool] = []
+    deliverer = threading.Thread(target=buf.delivered, args=(first,))
+
+    def can_progress(self: Merger[int]) -> bool:
+        answer = real_can_progress(self)
+        looks.append(answer)
+        if len(looks) == 1:
+            assert not answer  # full, nothing due: it is about to wait
+            deliverer.start()
+            deliverer.join(0.5)  # done, or blocked on the lock to wake the merger
+        return answer
+
+    monkeypatch.setattr(Merger, "_can_progress", can_progress)
+    taken: list[Entry[int] | None] = []
+    taker = threading.Thread(target=lambda: taken.append(merger.next(timeout=None)), daemon=True)
+    taker.start()
+    _join_all([taker, deliverer])
+    assert [None if e is None else e.item for e in taken] == [1]
+    assert buf.statistics().delivered == 1
+
+
 def _race_delivered_against_close() -> None:
     buf: RetryBuffer[int] = RetryBuffer(max_in_flight=500)
     entries = buf.admit_many(list(range(500)))
