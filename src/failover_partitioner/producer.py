@@ -44,6 +44,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import operator
 import os
 import re
 import threading
@@ -110,18 +111,21 @@ _ANY_PARTITION = -1
 
 # produce_batch: the keys a message dict may have, and the keys of one the client takes as is.
 _BATCH_KEYS = frozenset({"value", "key", "headers", "timestamp"})
-_VALUE_ONLY = {("value",)}
+_VALUE = operator.itemgetter("value")
 _drain = collections.deque  # deque(iterator, maxlen=0) consumes it in C
 
 
 def _value_only(chunk: list[Any]) -> bool:
-    """True when every item of ``chunk`` is a dict whose only key is ``"value"``."""
+    """True when every item of ``chunk`` is a mapping whose only key is ``"value"``."""
+    # Two passes in C, allocating nothing: every item has "value" (else KeyError/TypeError),
+    # and the sizes add up to one key each.
     try:
-        # tuple(d) is d's keys; map/set keep the loop in C. A list ['value'] would pass here,
-        # and the client refuses it (TypeError), after which it takes produce()'s path.
-        return set(map(tuple, chunk)) == _VALUE_ONLY
-    except TypeError:  # an item that is not iterable
+        if sum(map(len, chunk)) != len(chunk):
+            return False
+        _drain(map(_VALUE, chunk), maxlen=0)
+    except (TypeError, KeyError):
         return False
+    return True
 
 
 # Racing producer threads may each pass the in-flight check before either counts in, so the
