@@ -707,10 +707,16 @@ class FailoverProducer:
         for p, group in groups.items():
             try:
                 queued = batch(topic, group, partition=p, on_delivery=report)
-            except (BufferError, TypeError):
-                queued = 0  # refused as a whole: each goes its own way below
+            except TypeError:  # a bad value: refused before anything was queued
+                queued = 0
                 for m in group:
                     m["_error"] = None
+            except BufferError:
+                # Those refused carry '_error' (queued ones do not); none marked: all refused.
+                queued = 0
+                if not any("_error" in m for m in group):
+                    for m in group:
+                        m["_error"] = None
             if queued < len(group):
                 left.extend(m for m in group if "_error" in m)
         # Refused by the client (queue full, partition unknown to it yet, too large, a bad
