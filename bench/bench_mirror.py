@@ -206,6 +206,9 @@ def _compare(pair: Callable[[], Any], count: int, rounds: int) -> dict[str, list
     }
     with pair() as (source, target, producer_options):
         _fill(source, count)
+        # Not timed: the first read of the backlog and the first writes to the target are the
+        # slowest (connections, broker caches); no measured run should pay for them.
+        _bare_loop(source, target, count, "warm-up")
         for r in range(rounds):
             runs: list[tuple[str, Callable[[str], float]]] = [
                 ("bare", lambda g: _bare_loop(source, target, count, g)),
