@@ -6,17 +6,21 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   finally, handed back by ``close``) counts it out; while ``max_in_flight`` messages are in,
   ``produce`` waits (serving callbacks), then raises :class:`ProduceTimeout`. The two counts are
   ``itertools.count`` objects, whose ``next()`` is atomic, so producing and polling threads
-  need no lock on the hot path.
-* **First attempts** go straight to the client with an explicit ``partition=`` chosen from
-  the topic's current :class:`~failover_partitioner.health.TopicView` (confluent-kafka cannot
-  take a Python partitioner). A message without a callback or headers needs no record of its
-  own: the producer's one delivery callback counts it out, and if it failed, rebuilds it from
-  the client's report (topic, key, value, timestamp are all there). Other messages carry a
-  record (a :class:`DeliveryReport` subclass whose ``__call__`` is the callback, so no closure
-  is made per message). Headers given as a list of pairs (confluent-kafka's own form) are
-  copied and passed through unchecked: the client checks each pair as it converts it, and when
-  it refuses one the caller gets a ``TypeError`` naming the bad pair, before the message is
-  accepted. A dict, or a list before the topic's metadata is known, is checked in Python.
+  need no lock on the hot path. The hot path's check reads a lower bound of the out count
+  (deliveries do not store theirs); when it fails, the exact counts decide.
+* **First attempts** go straight to the client with an explicit ``partition=`` chosen from the
+  topic's current :class:`~failover_partitioner.health.TopicView` (confluent-kafka cannot take
+  a Python partitioner), except where librdkafka's own partitioner follows the same rule while
+  every partition is usable (keys with ``murmur2_random``; keyless ``sticky``): then the
+  chooser answers ``CLIENT_PARTITIONER`` and the client places it (see
+  :mod:`failover_partitioner.choose`). A message without a callback or headers needs no record
+  of its own: the producer's one delivery callback counts it out, and if it failed, rebuilds
+  it from the client's report (topic, key, value, timestamp are all there). Other messages
+  carry a record (a :class:`DeliveryReport` subclass whose ``__call__`` is the callback, so no
+  closure is made per message). Headers given as a list of pairs (confluent-kafka's own form)
+  are copied and passed through unchecked: the client checks each pair as it converts it, and
+  when it refuses one the caller gets a ``TypeError`` naming the bad pair, before the message
+  is accepted. A dict, or a list before the topic's metadata is known, is checked in Python.
 * **Batches.** ``produce_batch`` hands value-only keyless messages without a callback to the
   client's ``produce_batch``, one call per partition, after one chooser step for the chunk
   (:meth:`~failover_partitioner.choose.PartitionChooser.keyless_deal`); what the client
