@@ -118,7 +118,9 @@ def chaos_plan(
         name = rng.choices(names, weights)[0]
         action, broker = rng.choice(_choices(clusters[name], states[name]))
         delay = round(rng.uniform(*slow_ms)) if action == "slow" else 0.0
-        event = FaultEvent(at_s=round(t, 3), cluster=name, action=action, broker=broker)
+        # Rounded to the millisecond for a readable printout, but never past the recovery.
+        at_s = min(round(t, 3), duration_s)
+        event = FaultEvent(at_s=at_s, cluster=name, action=action, broker=broker)
         if delay:
             event = FaultEvent(
                 at_s=event.at_s, cluster=name, action=action, broker=broker, delay_ms=delay

@@ -13,6 +13,7 @@ from failover_partitioner._message import DeliveryReport, UndeliveredMessage
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.choose import NO_PARTITION, ChoiceOptions, PartitionChooser
 from failover_partitioner.errors import (
+    BatchRefused,
     ConfigError,
     ErrorClass,
     FailoverError,
@@ -36,6 +37,7 @@ from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
 __all__ = [
     "NO_PARTITION",
     "AsyncFailoverProducer",
+    "BatchRefused",
     "ChoiceOptions",
     "ConfigError",
     "DeliveryReport",
