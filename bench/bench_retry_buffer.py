@@ -75,6 +75,21 @@ def _merger_delivered(n: int) -> None:
         delivered(entry)
 
 
+def _merger_batch_delivered(n: int) -> None:
+    # The same merge for a producer that sends in batches (FailoverProducer.produce_batch,
+    # a Spark partition, a consumed batch in a mirror): one lock round per batch.
+    buf: RetryBuffer[int] = RetryBuffer()
+    take = Merger(buf, range(n)).next_batch
+    delivered = buf.delivered
+    left = n
+    while left:
+        batch = take(BATCH)
+        assert batch
+        for entry in batch:
+            delivered(entry)
+        left -= len(batch)
+
+
 def _admit_many_delivered(n: int) -> None:
     buf: RetryBuffer[int] = RetryBuffer()
     admit_many = buf.admit_many
@@ -111,6 +126,12 @@ def run(quick: bool) -> list[Figure]:
             "admit + merge + done (Merger.next + delivered), per message (us)",
             _merger_delivered,
             scale,
+        ),
+        (
+            f"admit + merge + done, batched (Merger.next_batch({BATCH}) + delivered), "
+            "per message (us)",
+            _merger_batch_delivered,
+            "batch merge: one lock round and one clock read per batch",
         ),
         ("admit + delivered, per message (us)", _admit_delivered, scale),
         (

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Generic, TypeVar
 
 from ._core import Accounting, check_timeout
@@ -242,9 +244,6 @@ class RetryBuffer(Generic[T]):
         )
 
 
-_NOTHING: object = object()
-
-
 class Merger(Generic[T]):
     """Hands out what the producer sends next: a failed entry that is due, else a fresh item.
 
@@ -253,7 +252,7 @@ class Merger(Generic[T]):
     reported from any thread, including the one calling ``next()``.
     """
 
-    __slots__ = ("_buffer", "_core", "_exhausted", "_held", "_lock", "_source")
+    __slots__ = ("_buffer", "_core", "_exhausted", "_lock", "_pending", "_source")
 
     def __init__(self, buffer: RetryBuffer[T], source: Iterable[T]) -> None:
         if not isinstance(buffer, RetryBuffer):
@@ -263,14 +262,14 @@ class Merger(Generic[T]):
         self._lock = buffer._lock
         self._source: Iterator[T] = iter(source)
         self._exhausted = False
-        # An item pulled from the source whose admission lost a race for room with another
-        # admitting thread; it goes first next time.
-        self._held: object = _NOTHING
+        # Items pulled from the source whose admission lost a race for room with another
+        # admitting thread (or met a closed buffer); they go first next time, in order.
+        self._pending: deque[T] = deque()
 
     @property
     def exhausted(self) -> bool:
         """The source has ended and every item taken from it has been admitted."""
-        return self._exhausted and self._held is _NOTHING
+        return self._exhausted and not self._pending
 
     @property
     def finished(self) -> bool:
@@ -278,8 +277,12 @@ class Merger(Generic[T]):
         return self.exhausted and self._buffer._core.in_flight() == 0
 
     def held(self) -> list[T]:
-        """Items taken from the source but not admitted yet (at most one)."""
-        return [] if self._held is _NOTHING else [self._held]  # type: ignore[list-item]  # _held is a T unless _NOTHING
+        """Items taken from the source but not admitted yet, in source order.
+
+        At most one after ``next()``; after ``next_batch(n)``, at most ``n`` (only when other
+        threads took the room first, or the buffer was closed).
+        """
+        return list(self._pending)
 
     def next(self, timeout: float | None = 0.0) -> Entry[T] | None:
         """The next entry to send, waiting up to ``timeout`` seconds (None: no bound).
@@ -299,7 +302,7 @@ class Merger(Generic[T]):
         # unlocked peek only decides whether to read the source; admission is decided under
         # the lock, and an item that lost the room to another admitting thread is held.
         if (
-            self._held is _NOTHING
+            not self._pending
             and not core._failed_depth
             and not self._exhausted
             and len(core._live) < core._gate
@@ -317,15 +320,53 @@ class Merger(Generic[T]):
                     lock.release()
                 if entry is not None:
                     return entry
-                self._held = item
+                self._pending.append(item)
         entry = self._step()
         if entry is not None or timeout == 0:
             return entry
         return self._wait(timeout)
 
+    def next_batch(self, n: int, timeout: float | None = 0.0) -> list[Entry[T]]:
+        """Up to ``n`` entries to send, in the order ``next()`` would hand them out.
+
+        For a producer that sends in batches: fresh items are read from the source (at most the
+        room left, and at most ``n``) and admitted in one lock round, so a message costs about
+        what ``admit_many`` does. Failed entries that are due still come first. Waits up to
+        ``timeout`` seconds for the first entry only; an empty list means ``next()`` would
+        have returned None. Reading ``n`` items from a source that blocks blocks too.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidArgument(f"next_batch(n): n must be an int >= 1, got {n!r}")
+        core = self._core
+        if not self._pending and not core._failed_depth and not self._exhausted:
+            # The common case: read what fits (an unlocked estimate), admit it in one round.
+            room = core._gate - len(core._live)
+            want = n if n < room else room
+            if want > 0:
+                items = list(islice(self._source, want))
+                if len(items) < want:
+                    self._exhausted = True
+                if items:
+                    with self._lock:
+                        entries = [] if core.closed else core.admit_many(items)
+                    if len(entries) < len(items):
+                        # Other threads took the room meanwhile (or the buffer was closed):
+                        # these go first later; next() raises if closed.
+                        self._pending.extend(items[len(entries) :])
+                    if entries:
+                        return entries
+        out: list[Entry[T]] = []
+        entry = self.next(timeout)
+        while entry is not None:
+            out.append(entry)
+            if len(out) >= n:
+                break
+            entry = self.next(0.0)
+        return out
+
     def _pull(self) -> None:
         try:
-            self._held = next(self._source)
+            self._pending.append(next(self._source))
         except StopIteration:
             self._exhausted = True
 
@@ -335,7 +376,7 @@ class Merger(Generic[T]):
         # Unlocked peek: pull a fresh item only if room is likely and no failure waits; the
         # decision is re-made under the lock below.
         if (
-            self._held is _NOTHING
+            not self._pending
             and not self._exhausted
             and not core._failed_depth
             and len(core._live) < core._gate
@@ -347,16 +388,16 @@ class Merger(Generic[T]):
             if core.closed:
                 raise BufferClosed("Merger.next(): the buffer is closed")
             entry = core.take_failed() if core._failed_depth else None
-            held = self._held
-            if entry is None and held is not _NOTHING:
-                entry = core.try_admit(held)  # type: ignore[arg-type]  # held is a T here
+            pending = self._pending
+            if entry is None and pending:
+                entry = core.try_admit(pending[0])
                 if entry is not None:
-                    self._held = _NOTHING
+                    pending.popleft()
             finals = core.pop_finals() if core._finals else None
             if finals and core.waiting:
                 buf._cond.notify_all()
             pull_more = (
-                entry is None and self._held is _NOTHING and not self._exhausted and core.has_room()
+                entry is None and not self._pending and not self._exhausted and core.has_room()
             )
         finally:
             lock.release()
@@ -364,18 +405,18 @@ class Merger(Generic[T]):
             report_finals(finals, buf._on_final_failure)
         if pull_more:
             self._pull()
-            if self._held is not _NOTHING:
+            if self._pending:
                 with lock:
-                    entry = core.try_admit(self._held)  # type: ignore[arg-type]  # a T
+                    entry = core.try_admit(self._pending[0])
                     if entry is not None:
-                        self._held = _NOTHING
+                        self._pending.popleft()
         return entry
 
     def _can_progress(self) -> bool:
         core = self._buffer._core
         if core.next_due_in() == 0:
             return True
-        return core.has_room() and (self._held is not _NOTHING or not self._exhausted)
+        return core.has_room() and (bool(self._pending) or not self._exhausted)
 
     def _wait(self, timeout: float | None) -> Entry[T] | None:
         buf = self._buffer
