@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retry_buffer import BufferClosed, Entry, InvalidArgument, Merger, RetryBuffer
+from retry_buffer import (
+    AsyncMerger,
+    AsyncRetryBuffer,
+    BufferClosed,
+    Entry,
+    InvalidArgument,
+    Merger,
+    RetryBuffer,
+)
 
 
 def test_a_batch_is_source_order_and_stops_at_the_room_left() -> None:
@@ -136,3 +145,21 @@ def test_batches_mixed_with_single_takes_lose_and_duplicate_nothing(
             buf.delivered(entry)
             delivered.append(entry.item)
     assert sorted(delivered) == list(range(count))
+
+
+def test_the_asyncio_merger_batches_in_the_same_order() -> None:
+    async def scenario() -> tuple[list[str], list[str]]:
+        buf: AsyncRetryBuffer[str] = AsyncRetryBuffer(max_in_flight=3)
+        merger = AsyncMerger(buf, iter("abcde"))
+        a, b, c = await merger.next_batch(5)
+        buf.failed(b, "x")
+        buf.delivered(a)
+        buf.delivered(c)
+        again = await merger.next_batch(5)
+        with pytest.raises(InvalidArgument, match="got 0"):
+            await merger.next_batch(0)
+        return [e.item for e in (a, b, c)], [e.item for e in again]
+
+    first, again = asyncio.run(scenario())
+    assert first == ["a", "b", "c"]
+    assert again == ["b", "d", "e"]
