@@ -36,6 +36,8 @@ ISSUE = 7
 TOPIC = "bench"
 PARTITIONS = 6
 WINDOW = 10_000
+# A run that consumes nothing for this long has stalled: fail it instead of hanging.
+STALL_S = 60.0
 VALUE = b"v" * 100
 
 
@@ -94,10 +96,18 @@ def _bare_loop(source: str, target: str, count: int, group: str) -> float:
     produce, poll = producer.produce, producer.poll
     done = since_commit = 0
     start: float | None = None
+    last_progress = time.monotonic()
     while done < count:
         batch = consumer.consume(500, 0.1)
         if not batch:
+            if time.monotonic() - last_progress > STALL_S:
+                consumer.close()
+                raise RuntimeError(
+                    f"bare loop {group!r}: nothing consumed for {STALL_S:.0f} s after {done} of "
+                    f"{count} messages (the group got no assignment or the source stalled)"
+                )
             continue
+        last_progress = time.monotonic()
         if start is None:
             start = time.perf_counter()
         for m in batch:
@@ -149,15 +159,23 @@ def _mirror(
     )
     mirror = Mirror(options, consumer_factory=consumer, producer_factory=producer)
 
+    progress = [0, time.monotonic()]  # delivered count, when it last moved
+    stalled: list[str] = []
+
     def on_status(status: MirrorStatus) -> None:
         if not finished and status.delivered >= count and status.uncommitted == 0:
             finished.append(time.perf_counter())
+            mirror.stop()
+        elif status.delivered != progress[0]:
+            progress[:] = [status.delivered, time.monotonic()]
+        elif time.monotonic() - progress[1] > STALL_S and not stalled:
+            stalled.append(f"nothing delivered for {STALL_S:.0f} s at {status.delivered}/{count}")
             mirror.stop()
 
     mirror.run(on_status=on_status)
     first = clocks[0].first
     if not finished or first is None:
-        raise RuntimeError("the mirror did not finish")
+        raise RuntimeError(f"the mirror {group!r} did not finish: {stalled or 'stopped early'}")
     return count / (finished[0] - first)
 
 
