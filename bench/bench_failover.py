@@ -222,7 +222,7 @@ def _failover_batch_rate(bootstrap: str, n: int, **options: Any) -> tuple[float,
         p.close()
 
 
-def _batch_figures(bootstrap: str, n: int, repeat: int) -> list[Figure]:
+def _batch_figures(bootstrap: str, n: int, repeat: int, cluster: str) -> list[Figure]:
     """FailoverProducer.produce_batch against a raw Producer's per-message loop and against
     the raw Producer's own produce_batch, all measured alternately in one run."""
     ours: dict[str, list[float]] = {"round_robin": [], "sticky": []}
@@ -247,7 +247,7 @@ def _batch_figures(bootstrap: str, n: int, repeat: int) -> list[Figure]:
             figures.append(
                 Figure(
                     issue=ISSUE,
-                    name=f"mock: FailoverProducer.produce_batch({strategy}) vs {name}, msg/s",
+                    name=f"{cluster}: FailoverProducer.produce_batch({strategy}) vs {name}, msg/s",
                     value=statistics.median(rates),
                     reference=statistics.median(reference),
                     unit="msg/s",
@@ -382,6 +382,7 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
                     note=cpu + "; minibroker runs in its own process",
                 )
             )
+        figures.extend(_batch_figures(cluster.bootstrap_servers, n, repeat, "minibroker"))
     finally:
         cluster.close()
     # Healthy and faulty clusters side by side, measured alternately, so that load from
@@ -444,7 +445,7 @@ def run(quick: bool) -> list[Figure]:
                     note=cpu + ("; aim 0.8x" if per_message else ""),
                 )
             )
-        figures.extend(_batch_figures(bs, n, repeat))
+        figures.extend(_batch_figures(bs, n, repeat, "mock"))
     figures.extend(_minibroker_figures(n, repeat))
     us, ref = _choice_us(repeat)
     figures.append(
