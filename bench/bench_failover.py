@@ -17,7 +17,6 @@ each is compared, so a busy machine slows both.
 
 from __future__ import annotations
 
-import multiprocessing
 import statistics
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from confluent_kafka import Producer
 from failover_partitioner import FailoverProducer, PartitionMetadata, TopicMetadata, TopicView
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.testing import MockCluster
-from harness import Figure
+from harness import Figure, MinibrokerProcess
 
 ISSUE = 6
 VALUE = b"x" * 100
@@ -99,21 +98,26 @@ class _Rate:
         return self.n / wall, self.n / cpu if cpu > 0 else float("nan")
 
 
+def _timed(
+    n: int, drive: Callable[[], None], flush: Callable[[float], int], who: str
+) -> tuple[float, float]:
+    """Rates (wall, CPU) of ``drive()`` producing n messages, until ``flush`` ends them all."""
+    rate = _Rate(n)
+    drive()
+    left = flush(60)
+    result = rate.stop()
+    assert left == 0, f"{who} left {left} messages"
+    return result
+
+
 def _raw_rate(bootstrap: str, n: int, per_message: bool) -> tuple[float, float]:
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0}
     if not per_message:
         conf["on_delivery"] = _noop
     p = Producer(conf)
     p.list_topics(TOPIC, timeout=10)
-    rate = _Rate(n)
-    if per_message:
-        _drive(p.produce, p.poll, n, on_delivery=_noop)
-    else:
-        _drive(p.produce, p.poll, n)
-    left = p.flush(60)
-    result = rate.stop()
-    assert left == 0, f"raw producer left {left} messages"
-    return result
+    cb = _noop if per_message else None
+    return _timed(n, lambda: _drive(p.produce, p.poll, n, cb), p.flush, "raw producer")
 
 
 def _failover_rate(
@@ -126,15 +130,8 @@ def _failover_rate(
     )
     try:
         p.health(TOPIC)
-        rate = _Rate(n)
-        if per_message:
-            _drive(p.produce, p.poll, n, on_delivery=_noop)
-        else:
-            _drive(p.produce, p.poll, n)
-        left = p.flush(60)
-        result = rate.stop()
-        assert left == 0, f"FailoverProducer left {left} messages"
-        return result
+        cb = _noop if per_message else None
+        return _timed(n, lambda: _drive(p.produce, p.poll, n, cb), p.flush, "FailoverProducer")
     finally:
         p.close()
 
@@ -195,12 +192,9 @@ def _raw_batch_rate(bootstrap: str, n: int) -> tuple[float, float]:
             batch = [m for m in batch if m.pop("_error", None) is not None]
             p.poll(0.005)
 
-    rate = _Rate(n)
-    _drive_batches(produce_batch, p.poll, batches)
-    left = p.flush(60)
-    result = rate.stop()
-    assert left == 0, f"raw producer left {left} messages"
-    return result
+    return _timed(
+        n, lambda: _drive_batches(produce_batch, p.poll, batches), p.flush, "raw producer"
+    )
 
 
 def _failover_batch_rate(bootstrap: str, n: int, **options: Any) -> tuple[float, float]:
@@ -212,12 +206,9 @@ def _failover_batch_rate(bootstrap: str, n: int, **options: Any) -> tuple[float,
     try:
         p.health(TOPIC)
         batches = _batches(n)
-        rate = _Rate(n)
-        _drive_batches(p.produce_batch, p.poll, batches)
-        left = p.flush(60)
-        result = rate.stop()
-        assert left == 0, f"FailoverProducer left {left} messages"
-        return result
+        return _timed(
+            n, lambda: _drive_batches(p.produce_batch, p.poll, batches), p.flush, "FailoverProducer"
+        )
     finally:
         p.close()
 
@@ -316,43 +307,6 @@ def _keyed_choice_us(repeat: int) -> float:
     return statistics.median(samples)
 
 
-def _serve_cluster(conn: Any, brokers: int, config: dict[str, str]) -> None:
-    """Child process: run a minibroker cluster and apply the parent's commands to it."""
-    import logging
-
-    from minibroker import Cluster
-
-    logging.getLogger("minibroker").setLevel(logging.ERROR)
-    with Cluster(brokers=brokers, config=config) as cluster:
-        conn.send(cluster.bootstrap_servers)
-        while True:
-            command, args = conn.recv()
-            if command == "close":
-                return
-            getattr(cluster, command)(*args)
-            conn.send(None)
-
-
-class _ClusterProcess:
-    """minibroker in a process of its own, as a real broker would be: in the benchmark's
-    process its Python code would share the GIL with the producer being measured."""
-
-    def __init__(self, brokers: int, config: dict[str, str]) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve_cluster, args=(child, brokers, config))
-        self._proc.start()
-        self.bootstrap_servers: str = self._conn.recv()
-
-    def call(self, command: str, *args: object) -> None:
-        self._conn.send((command, args))
-        self._conn.recv()
-
-    def close(self) -> None:
-        self._conn.send(("close", ()))
-        self._proc.join(30)
-
-
 def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
     try:
         import minibroker  # noqa: F401  # only to know it is there
@@ -364,7 +318,7 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
         "broker.session.timeout.ms": "300",
     }
     figures = []
-    cluster = _ClusterProcess(5, config)
+    cluster = MinibrokerProcess(5, config)
     try:
         cluster.call("create_topic", TOPIC, PARTITIONS, 3)
         for strategy in ("round_robin", "sticky"):
@@ -387,8 +341,8 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
         cluster.close()
     # Healthy and faulty clusters side by side, measured alternately, so that load from
     # elsewhere on the machine falls on both.
-    healthy_cluster = _ClusterProcess(5, config)
-    faulty_cluster = _ClusterProcess(5, config)
+    healthy_cluster = MinibrokerProcess(5, config)
+    faulty_cluster = MinibrokerProcess(5, config)
     try:
         for c in (healthy_cluster, faulty_cluster):
             c.call("create_topic", TOPIC, PARTITIONS, 3)
