@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError
 
 from failover_partitioner import (
     DeliveryReport,
@@ -25,6 +25,7 @@ from failover_partitioner import (
 )
 from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.testing import MockCluster
+from tests.integration.mock_support import consume_topic, mock_producer, mock_with_topic
 
 TOPIC = "orders"
 PARTITIONS = 6
@@ -35,16 +36,11 @@ MSG_SIZE_TOO_LARGE = 10
 
 @pytest.fixture
 def mock() -> Iterator[MockCluster]:
-    with MockCluster(brokers=3) as cluster:
-        cluster.create_topic(TOPIC, PARTITIONS, 3)
+    with mock_with_topic(TOPIC, PARTITIONS) as cluster:
         yield cluster
 
 
-def producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
-    conf = {"bootstrap.servers": mock.bootstrap_servers, "acks": "all", "log_level": 0}
-    conf.update(kwargs.pop("conf", {}))
-    kwargs.setdefault("min_insync_replicas", 2)
-    return FailoverProducer(conf, **kwargs)
+producer = mock_producer
 
 
 def leaders(p: FailoverProducer) -> dict[int, int]:
@@ -53,29 +49,7 @@ def leaders(p: FailoverProducer) -> dict[int, int]:
 
 def consume_all(mock: MockCluster, expected: int, timeout_s: float = 30.0) -> list[Any]:
     """Every record of TOPIC, read from the beginning until ``expected`` were seen."""
-    c = Consumer(
-        {
-            "bootstrap.servers": mock.bootstrap_servers,
-            "group.id": "check",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    try:
-        c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while len(out) < expected and time.monotonic() < deadline:
-            for m in c.consume(1000, 0.2):
-                if m.error() is None:
-                    out.append(m)
-        # A little longer: anything beyond `expected` would be a duplicate.
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            out.extend(m for m in c.consume(1000, 0.1) if m.error() is None)
-        return out
-    finally:
-        c.close()
+    return consume_topic(mock, TOPIC, PARTITIONS, expected, timeout_s, "check")
 
 
 class Reports:

@@ -3,18 +3,17 @@ produce (every accepted message delivered once or reported, refusals named), one
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from failover_partitioner import DeliveryReport, FailoverProducer, ProduceTimeout
 from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.errors import BatchRefused
 from failover_partitioner.testing import MockCluster
+from tests.integration.mock_support import consume_topic, mock_producer, mock_with_topic
 
 TOPIC = "batches"
 PARTITIONS = 6
@@ -23,41 +22,19 @@ NOT_ENOUGH_REPLICAS = 19
 
 @pytest.fixture
 def mock() -> Iterator[MockCluster]:
-    with MockCluster(brokers=3) as cluster:
-        cluster.create_topic(TOPIC, PARTITIONS, 3)
+    with mock_with_topic(TOPIC, PARTITIONS) as cluster:
         yield cluster
 
 
 def producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
-    conf = {"bootstrap.servers": mock.bootstrap_servers, "acks": "all", "log_level": 0}
-    conf.update(kwargs.pop("conf", {}))
-    kwargs.setdefault("min_insync_replicas", 2)
-    p = FailoverProducer(conf, **kwargs)
+    p = mock_producer(mock, **kwargs)
     p.health(TOPIC)
     return p
 
 
 def consume_all(mock: MockCluster, expected: int, timeout_s: float = 30.0) -> list[Any]:
-    c = Consumer(
-        {
-            "bootstrap.servers": mock.bootstrap_servers,
-            "group.id": "batch-check",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    try:
-        c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while len(out) < expected and time.monotonic() < deadline:
-            out.extend(m for m in c.consume(1000, 0.2) if m.error() is None)
-        end = time.monotonic() + 0.5  # anything beyond `expected` would be a duplicate
-        while time.monotonic() < end:
-            out.extend(m for m in c.consume(1000, 0.1) if m.error() is None)
-        return out
-    finally:
-        c.close()
+    """Every record of TOPIC, read from the beginning until ``expected`` were seen."""
+    return consume_topic(mock, TOPIC, PARTITIONS, expected, timeout_s, "batch-check")
 
 
 @pytest.mark.parametrize("strategy", ["round_robin", "sticky"])

@@ -1,0 +1,57 @@
+"""Shared set-up for the tests that run FailoverProducer against librdkafka's mock cluster."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from failover_partitioner import FailoverProducer
+from failover_partitioner.testing import MockCluster
+
+
+@contextmanager
+def mock_with_topic(topic: str, partitions: int) -> Iterator[MockCluster]:
+    """A 3-broker mock cluster holding ``topic`` (RF 3)."""
+    with MockCluster(brokers=3) as cluster:
+        cluster.create_topic(topic, partitions, 3)
+        yield cluster
+
+
+def mock_producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
+    """A FailoverProducer on ``mock``; ``conf=`` adds client settings. The mock has no
+    DescribeConfigs, so min ISR is given (2 unless the test says otherwise)."""
+    conf = {"bootstrap.servers": mock.bootstrap_servers, "acks": "all", "log_level": 0}
+    conf.update(kwargs.pop("conf", {}))
+    kwargs.setdefault("min_insync_replicas", 2)
+    return FailoverProducer(conf, **kwargs)
+
+
+def consume_topic(
+    mock: MockCluster, topic: str, partitions: int, expected: int, timeout_s: float, group: str
+) -> list[Any]:
+    """Every record of ``topic``, read from the beginning until ``expected`` were seen, then
+    half a second more: anything beyond ``expected`` would be a duplicate."""
+    c = Consumer(
+        {
+            "bootstrap.servers": mock.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < expected and time.monotonic() < deadline:
+            out.extend(m for m in c.consume(1000, 0.2) if m.error() is None)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            out.extend(m for m in c.consume(1000, 0.1) if m.error() is None)
+        return out
+    finally:
+        c.close()
