@@ -21,11 +21,12 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   are copied and passed through unchecked: the client checks each pair as it converts it, and
   when it refuses one the caller gets a ``TypeError`` naming the bad pair, before the message
   is accepted. A dict, or a list before the topic's metadata is known, is checked in Python.
-* **Batches.** ``produce_batch`` hands value-only keyless messages without a callback to the
-  client's ``produce_batch``, one call per partition, after one chooser step for the chunk
-  (:meth:`~failover_partitioner.choose.PartitionChooser.keyless_deal`); what the client
-  refuses (queue full, a partition it does not know yet, a bad value) and every other kind of
-  message take the single path, already counted in.
+* **Batches.** ``produce_batch`` hands value-only keyless messages to the client's
+  ``produce_batch``, one call per partition, after one chooser step for the chunk
+  (:meth:`~failover_partitioner.choose.PartitionChooser.keyless_deal`). They carry no record:
+  with a callback, one callable for the call makes each message's record when its report
+  comes. What the client refuses (queue full, a partition it does not know yet, a bad value)
+  and every other kind of message take the single path, already counted in.
 * **A batch refused whole.** A broker answers a batch larger than its ``message.max.bytes``
   (or holding one bad record) with MSG_SIZE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD
   or CORRUPT_MESSAGE for every record in it. librdkafka cannot be told to split a batch, so
@@ -46,6 +47,7 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import operator
@@ -595,10 +597,10 @@ class FailoverProducer:
         ``messages`` is a list of dicts with ``"value"`` and optionally ``"key"``,
         ``"headers"`` and ``"timestamp"`` (the dicts are not kept and come back unchanged);
         ``on_delivery`` is every message's callback (default: ``conf['on_delivery']``).
-        Keyless messages given as ``{"value": v}`` alone, without a callback, go to the client
-        in one call per partition (confluent-kafka's ``produce_batch``): round robin deals
-        them out over the usable partitions, sticky gives a batch to one. Every other message
-        takes ``produce``'s own path, in order.
+        Keyless messages given as ``{"value": v}`` alone go to the client in one call per
+        partition (confluent-kafka's ``produce_batch``), with or without a callback: round
+        robin deals them out over the usable partitions, sticky gives a batch to one. Every
+        other message takes ``produce``'s own path, in order.
 
         Raises :class:`~failover_partitioner.errors.BatchRefused` naming the messages that
         were not accepted (a bad value, or :class:`ProduceTimeout` at the in-flight limit,
@@ -612,17 +614,22 @@ class FailoverProducer:
             self._service()
         refused: list[tuple[int, BaseException]] = []
         chooser = self._bare.get(topic)
-        if chooser is None or on_delivery is not None or self._default_cb is not None:
+        if chooser is None:
             self._produce_each(topic, messages, 0, len(messages), on_delivery, refused)
         else:
+            cb = self._default_cb if on_delivery is None else on_delivery
+            # The client's report goes to one callable for the whole call: the producer's own
+            # when nobody listens, else one that makes each message's record only when its
+            # report comes (see _report_to).
+            report = self._report_cb if cb is None else functools.partial(self._report_to, cb)
             step = self._batch_step
             for start in range(0, len(messages), step):
                 chunk = messages[start : start + step]
                 if not _value_only(chunk):
                     end = start + len(chunk)
-                    if not self._produce_each(topic, messages, start, end, None, refused):
+                    if not self._produce_each(topic, messages, start, end, on_delivery, refused):
                         break
-                elif not self._produce_chunk(topic, chooser, chunk, start, refused):
+                elif not self._produce_chunk(topic, chooser, chunk, start, refused, cb, report):
                     # Timed out at the in-flight limit: the rest is refused with it.
                     exc = refused[-1][1]
                     refused.extend((i, exc) for i in range(start + len(chunk), len(messages)))
@@ -671,9 +678,12 @@ class FailoverProducer:
         chunk: list[dict[str, Any]],
         start: int,
         refused: list[tuple[int, BaseException]],
+        cb: DeliveryCallback | None,
+        report: Callable[[Any, Any], None],
     ) -> bool:
-        """Hand ``chunk`` (value-only dicts, no callback) to the client, one call per
-        partition; False when it could not be counted in (the rest is then refused)."""
+        """Hand ``chunk`` (value-only dicts) to the client, one call per partition, with
+        ``report`` as the client's callback for each (``cb`` is the user's, for those taking
+        the single path); False when it could not be counted in (the rest is then refused)."""
         k = len(chunk)
         # Count the chunk in at C speed: islice pulls k-1 numbers, next() the last.
         _drain(itertools.islice(self._c_in, k - 1), maxlen=0)
@@ -706,7 +716,6 @@ class FailoverProducer:
                 groups[p] = part
             else:
                 group.extend(part)
-        report = self._report_cb
         batch = self._produce_batch_raw
         for p, group in groups.items():
             try:
@@ -728,7 +737,7 @@ class FailoverProducer:
         for m in left:
             m.pop("_error", None)
             try:
-                self._produce_with_record(topic, m["value"], None, None, None, None, counted=True)
+                self._produce_with_record(topic, m["value"], None, None, cb, None, counted=True)
             except Exception as exc:
                 index = next(i for i, x in enumerate(chunk) if x is m)
                 refused.append((start + index, exc))
@@ -822,7 +831,26 @@ class FailoverProducer:
         if err is None:
             next(self._c_out)
             return
-        # Rebuild the message from the report (headers were none) and treat it as a record's.
+        self._failed_without_record(None, err, msg)
+
+    def _report_to(self, cb: DeliveryCallback, err: Any, msg: Any) -> None:
+        """The delivery callback of batched messages with a callback ``cb``: their record is
+        made here, from the report (they had no key, headers or timestamp), not when sent."""
+        if err is not None:
+            self._failed_without_record(cb, err, msg)
+            return
+        rec = self._record_cls()
+        rec._cb = cb
+        rec._entry = None
+        rec._attempts = 1
+        rec._m = (msg.topic(), msg.value(), None, None, None)
+        rec._msg = msg
+        next(self._c_out)
+        cb(None, rec)
+
+    def _failed_without_record(self, cb: DeliveryCallback | None, err: Any, msg: Any) -> None:
+        """Rebuild a message sent without a record (it had no headers) from the client's
+        report, and treat its failure as a record's."""
         rec = self._record_cls()
         ts_type, ts = msg.timestamp()
         rec._m = (
@@ -832,7 +860,7 @@ class FailoverProducer:
             None,
             ts if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME else None,
         )
-        rec._cb = None
+        rec._cb = cb
         rec._entry = None
         rec._partition = msg.partition()
         rec._attempts = 1

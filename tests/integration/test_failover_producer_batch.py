@@ -89,6 +89,75 @@ def test_a_batch_routes_around_a_refusing_broker(mock: MockCluster) -> None:
     p.close()
 
 
+class _Reports:
+    """A delivery callback that keeps every report it gets, by value."""
+
+    def __init__(self) -> None:
+        self.by_value: dict[bytes, list[tuple[Any, DeliveryReport]]] = {}
+
+    def __call__(self, err: Any, report: DeliveryReport) -> None:
+        value = report.value()
+        assert isinstance(value, bytes)
+        self.by_value.setdefault(value, []).append((err, report))
+
+    def check_once_each(self, values: set[bytes], records: list[Any]) -> list[DeliveryReport]:
+        """Each value reported exactly once, delivered, where the topic holds it."""
+        assert set(self.by_value) == values
+        assert all(len(v) == 1 for v in self.by_value.values())
+        where = {m.value(): (m.partition(), m.offset()) for m in records}
+        reports = [report for [(err, report)] in self.by_value.values() if err is None]
+        assert len(reports) == len(values)
+        for report in reports:
+            assert report.error() is None
+            assert report.topic() == TOPIC
+            assert (report.partition(), report.offset()) == where[report.value()]
+        return reports
+
+
+@pytest.mark.parametrize("default", [False, True], ids=["argument", "conf-on_delivery"])
+def test_a_batch_with_a_callback_reports_each_message_once(
+    mock: MockCluster, default: bool
+) -> None:
+    reports = _Reports()
+    # A small local queue: some of each batch is refused by the client and takes the single
+    # path, with the same callback.
+    conf: dict[str, Any] = {"queue.buffering.max.messages": 700}
+    if default:
+        conf["on_delivery"] = reports
+    p = producer(mock, conf=conf)
+    n = 4000
+    batches = [[{"value": b"m%d" % (i + j)} for j in range(1000)] for i in range(0, n, 1000)]
+    for batch in batches:
+        p.produce_batch(TOPIC, batch, on_delivery=None if default else reports)
+    assert p.flush(30) == 0
+    assert all(m.keys() == {"value"} for batch in batches for m in batch)
+    values = {b"m%d" % i for i in range(n)}
+    done = reports.check_once_each(values, consume_all(mock, n))
+    assert {r.attempts() for r in done} == {1}
+    assert p.statistics().delivered == n
+    p.close()
+
+
+def test_a_batch_with_a_callback_routes_around_a_refusing_broker(mock: MockCluster) -> None:
+    reports = _Reports()
+    p = producer(mock)
+    lead = {v.partition: v.leader for v in p.health(TOPIC).partitions}
+    bad = lead[0]
+    bad_partitions = {part for part, b in lead.items() if b == bad}
+    n = 3000
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
+        for i in range(0, n, 500):
+            p.produce_batch(TOPIC, [{"value": b"m%d" % (i + j)} for j in range(500)], reports)
+            p.poll(0)
+        assert p.flush(30) == 0
+    records = consume_all(mock, n)
+    done = reports.check_once_each({b"m%d" % i for i in range(n)}, records)
+    # Those first sent to the refusing broker's partitions were sent again, elsewhere.
+    assert any(r.attempts() > 1 for r in done)
+    assert not {r.partition() for r in done} & bad_partitions
+    p.close()
+
+
 def test_callbacks_keys_headers_and_timestamps_take_the_single_path(mock: MockCluster) -> None:
     seen: dict[bytes, list[tuple[Any, int, Any]]] = {}
 
