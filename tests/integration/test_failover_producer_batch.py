@@ -69,11 +69,16 @@ def test_round_robin_deals_a_batch_out_as_one_by_one_would(mock: MockCluster) ->
     p.close()
 
 
+def refusing_broker(p: FailoverProducer) -> tuple[int, set[int]]:
+    """A broker to make refuse every Produce (partition 0's leader), and the partitions it
+    leads."""
+    lead = {v.partition: v.leader for v in p.health(TOPIC).partitions}
+    return lead[0], {part for part, b in lead.items() if b == lead[0]}
+
+
 def test_a_batch_routes_around_a_refusing_broker(mock: MockCluster) -> None:
     p = producer(mock)
-    lead = {v.partition: v.leader for v in p.health(TOPIC).partitions}
-    bad = lead[0]
-    bad_partitions = {part for part, b in lead.items() if b == bad}
+    bad, bad_partitions = refusing_broker(p)
     n = 3000
     with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
         for i in range(0, n, 500):
@@ -141,9 +146,7 @@ def test_a_batch_with_a_callback_reports_each_message_once(
 def test_a_batch_with_a_callback_routes_around_a_refusing_broker(mock: MockCluster) -> None:
     reports = _Reports()
     p = producer(mock)
-    lead = {v.partition: v.leader for v in p.health(TOPIC).partitions}
-    bad = lead[0]
-    bad_partitions = {part for part, b in lead.items() if b == bad}
+    bad, bad_partitions = refusing_broker(p)
     n = 3000
     with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
         for i in range(0, n, 500):
