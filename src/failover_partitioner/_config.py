@@ -21,7 +21,9 @@ from failover_partitioner.choose import (
     ChoiceOptions,
 )
 from failover_partitioner.errors import ConfigError
+from failover_partitioner.metadata._refresher import min_isr_option
 from failover_partitioner.quarantine import QuarantinePolicy
+from retry_buffer import RetryPolicy
 
 __all__ = [
     "CLIENT_DEFAULTS",
@@ -29,7 +31,9 @@ __all__ = [
     "STICKY_MESSAGES_DEFAULT",
     "ClientSettings",
     "FailoverConfigWarning",
+    "ProducerOptions",
     "client_settings",
+    "producer_options",
 ]
 
 
@@ -207,39 +211,105 @@ def choice_options(
     )
 
 
-def shared_options(
-    *,
-    quarantine_backoff_s: object,
-    quarantine_max_s: object,
-    message_id_header: object,
-    dead_letter: object,
-    dead_letter_args: str,
-    metrics_port: object,
-) -> QuarantinePolicy:
-    """Check the options both producers take alike; return the quarantine policy.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerOptions:
+    """The failover options both producers take, checked, and what the producers build of them."""
 
-    ``dead_letter_args`` names the hook's arguments in the error (the producers pass it
-    different things: ``"message, err"`` or ``"message, exc"``).
+    choice: ChoiceOptions
+    max_in_flight: int
+    produce_timeout_s: float
+    retry_policy: RetryPolicy
+    metadata_timeout_s: float
+    refresh_s: float
+    fast_refresh_s: float
+    min_isr_refresh_s: float
+    min_insync_replicas: int | Mapping[str, int] | None
+    quarantine: QuarantinePolicy
+
+
+def producer_options(args: Mapping[str, Any], *, dead_letter_args: str) -> ProducerOptions:
+    """Check the failover options in ``args`` (a producer constructor's arguments by name).
+
+    Names in ``args`` that are not failover options are ignored, so a constructor can pass its
+    ``locals()``. ``dead_letter_args`` names the hook's arguments in the error (the producers
+    pass it different things: ``"message, err"`` or ``"message, exc"``).
     """
+    choice = choice_options(
+        strategy=args["strategy"],
+        key_policy=args["key_policy"],
+        headroom=args["headroom"],
+        client_rack=args["client_rack"],
+        sticky_messages=args["sticky_messages"],
+        sticky_bytes=args["sticky_bytes"],
+    )
+    limit = check_count("max_in_flight", args["max_in_flight"])
+    assert limit is not None
+    produce_timeout_s = check_positive_number(
+        "produce_timeout_s", args["produce_timeout_s"], allow_zero=True
+    )
+    delivery_timeout_s = args["delivery_timeout_s"]
+    deadline = (
+        None
+        if delivery_timeout_s is None
+        else check_positive_number("delivery_timeout_s", delivery_timeout_s)
+    )
+    attempts = check_count("max_attempts", args["max_attempts"], optional=True)
+    # > 0: a message that must wait (nothing usable) is looked at again after a pause,
+    # not in a busy loop.
+    retry_backoff_s = args["retry_backoff_s"]
+    retry_backoff_max_s = args["retry_backoff_max_s"]
+    backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
+    backoff_max = check_positive_number("retry_backoff_max_s", retry_backoff_max_s, allow_zero=True)
+    if backoff_max < backoff:
+        raise ConfigError(
+            f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
+            f"({retry_backoff_s!r})"
+        )
+    metadata_timeout_s = check_positive_number("metadata_timeout_s", args["metadata_timeout_s"])
+    refresh_s = check_positive_number("metadata_refresh_s", args["metadata_refresh_s"])
+    fast_refresh_s = check_positive_number(
+        "metadata_fast_refresh_s", args["metadata_fast_refresh_s"]
+    )
+    min_isr_refresh_s = check_positive_number("min_isr_refresh_s", args["min_isr_refresh_s"])
+    min_isr = min_isr_option(args["min_insync_replicas"])
     try:
-        policy = QuarantinePolicy(
-            initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
-            max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
+        quarantine = QuarantinePolicy(
+            initial_s=check_positive_number("quarantine_backoff_s", args["quarantine_backoff_s"]),
+            max_s=check_positive_number("quarantine_max_s", args["quarantine_max_s"]),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    message_id_header = args["message_id_header"]
     if message_id_header is not None and (
         not isinstance(message_id_header, str) or not message_id_header
     ):
         raise ConfigError(
             f"message_id_header must be a non-empty header name or None, got {message_id_header!r}"
         )
+    dead_letter = args["dead_letter"]
     if dead_letter is not None and not callable(dead_letter):
         raise ConfigError(f"dead_letter must be callable({dead_letter_args}), got {dead_letter!r}")
+    metrics_port = args["metrics_port"]
     if metrics_port is not None and (
         isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
     ):
         raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
     if metrics_port is not None and not 0 <= metrics_port <= 65535:
         raise ConfigError(f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}")
-    return policy
+    return ProducerOptions(
+        choice=choice,
+        max_in_flight=limit,
+        produce_timeout_s=produce_timeout_s,
+        retry_policy=RetryPolicy(
+            max_attempts=attempts,
+            deadline_s=deadline,
+            backoff_initial_s=backoff,
+            backoff_max_s=backoff_max,
+        ),
+        metadata_timeout_s=metadata_timeout_s,
+        refresh_s=refresh_s,
+        fast_refresh_s=fast_refresh_s,
+        min_isr_refresh_s=min_isr_refresh_s,
+        min_insync_replicas=min_isr,
+        quarantine=quarantine,
+    )

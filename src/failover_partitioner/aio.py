@@ -48,26 +48,19 @@ from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # 
 
 from failover_partitioner import _aio_client
 from failover_partitioner._aio_errors import error_class
-from failover_partitioner._aio_metadata import (
-    AioMetadataRefresher,
-    AioMetadataSource,
-    check_min_isr_option,
-)
+from failover_partitioner._aio_metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner._aio_settings import aio_client_settings
 from failover_partitioner._aio_wake import Wakeup
 from failover_partitioner._config import (
     STICKY_BYTES_DEFAULT,
     STICKY_MESSAGES_DEFAULT,
     FailoverConfigWarning,
-    check_count,
     check_positive_number,
-    choice_options,
-    shared_options,
+    producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.errors import (
-    ConfigError,
     FailoverError,
     MetadataUnavailable,
     NoUsablePartition,
@@ -84,7 +77,7 @@ from failover_partitioner.metadata import RefreshSchedule
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
 from failover_partitioner.producer import ProducerStatistics
 from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
-from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout, RetryPolicy
+from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout
 
 __all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]
 
@@ -300,54 +293,19 @@ class AsyncFailoverProducer:
         settings = aio_client_settings(client_kwargs)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        self._options = choice_options(
-            strategy=strategy,
-            key_policy=key_policy,
-            headroom=headroom,
-            client_rack=client_rack,
-            sticky_messages=sticky_messages,
-            sticky_bytes=sticky_bytes,
-        )
-        check_count("max_in_flight", max_in_flight)
-        self._produce_timeout_s = check_positive_number(
-            "produce_timeout_s", produce_timeout_s, allow_zero=True
-        )
-        deadline = (
-            None
-            if delivery_timeout_s is None
-            else check_positive_number("delivery_timeout_s", delivery_timeout_s)
-        )
-        attempts = check_count("max_attempts", max_attempts, optional=True)
-        # > 0: a message that must wait (nothing usable) is looked at again after a pause.
-        backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
-        backoff_max = check_positive_number(
-            "retry_backoff_max_s", retry_backoff_max_s, allow_zero=True
-        )
-        if backoff_max < backoff:
-            raise ConfigError(
-                f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
-                f"({retry_backoff_s!r})"
-            )
-        self._metadata_timeout_s = check_positive_number("metadata_timeout_s", metadata_timeout_s)
-        self._qpolicy = shared_options(
-            quarantine_backoff_s=quarantine_backoff_s,
-            quarantine_max_s=quarantine_max_s,
-            message_id_header=message_id_header,
-            dead_letter=dead_letter,
-            dead_letter_args="message, exc",
-            metrics_port=metrics_port,
-        )
-        self._refresh = (
-            check_positive_number("metadata_refresh_s", metadata_refresh_s),
-            check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),
-            check_positive_number("min_isr_refresh_s", min_isr_refresh_s),
-        )
-        refresh_s, fast_refresh_s, min_isr_s = self._refresh
+        # locals() holds the arguments by name (and the client's, which it ignores).
+        opts = producer_options(locals(), dead_letter_args="message, exc")
+        self._options = opts.choice
+        self._produce_timeout_s = opts.produce_timeout_s
+        self._metadata_timeout_s = opts.metadata_timeout_s
+        self._qpolicy = opts.quarantine
+        self._opts = opts  # the refresher's settings, for start()
         # Validates the combination now rather than at start().
         RefreshSchedule(
-            refresh_s=refresh_s, fast_refresh_s=fast_refresh_s, min_isr_refresh_s=min_isr_s
+            refresh_s=opts.refresh_s,
+            fast_refresh_s=opts.fast_refresh_s,
+            min_isr_refresh_s=opts.min_isr_refresh_s,
         )
-        self._min_isr_option = check_min_isr_option(min_insync_replicas)
 
         self._settings = settings
         self._message_id_header = message_id_header
@@ -358,13 +316,8 @@ class AsyncFailoverProducer:
         self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
 
         self._buffer: AsyncRetryBuffer[_Message] = AsyncRetryBuffer(
-            max_in_flight=max_in_flight,
-            policy=RetryPolicy(
-                max_attempts=attempts,
-                deadline_s=deadline,
-                backoff_initial_s=backoff,
-                backoff_max_s=backoff_max,
-            ),
+            max_in_flight=opts.max_in_flight,
+            policy=opts.retry_policy,
             on_final_failure=self._on_final_failure,
         )
         self._state = _NEW
@@ -408,11 +361,11 @@ class AsyncFailoverProducer:
         self._meta = AioMetadataRefresher(
             AioMetadataSource(inner.client),
             self._on_metadata,
-            min_insync_replicas=self._min_isr_option,
+            min_insync_replicas=self._opts.min_insync_replicas,
             request_timeout_s=self._metadata_timeout_s,
-            refresh_s=self._refresh[0],
-            fast_refresh_s=self._refresh[1],
-            min_isr_refresh_s=self._refresh[2],
+            refresh_s=self._opts.refresh_s,
+            fast_refresh_s=self._opts.fast_refresh_s,
+            min_isr_refresh_s=self._opts.min_isr_refresh_s,
         )
         self._meta.start()
         self._retry_task = loop.create_task(self._retry_loop())

@@ -67,11 +67,9 @@ from failover_partitioner._config import (
     STICKY_BYTES_DEFAULT,
     STICKY_MESSAGES_DEFAULT,
     FailoverConfigWarning,
-    check_count,
     check_positive_number,
-    choice_options,
     client_settings,
-    shared_options,
+    producer_options,
 )
 from failover_partitioner._message import DeliveryReport, Headers, UndeliveredMessage
 from failover_partitioner._topics import TopicState as _TopicState
@@ -91,10 +89,9 @@ from failover_partitioner.health import (
     TopicView,
 )
 from failover_partitioner.metadata import MetadataRefresher
-from failover_partitioner.metadata._refresher import min_isr_option
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource, admin_config
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
-from retry_buffer import Entry, RetryBuffer, RetryPolicy
+from retry_buffer import Entry, RetryBuffer
 
 __all__ = ["DeadLetterHook", "DeliveryCallback", "FailoverProducer", "ProducerStatistics"]
 
@@ -304,51 +301,12 @@ class FailoverProducer:
         settings = client_settings(conf)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        options = choice_options(
-            strategy=strategy,
-            key_policy=key_policy,
-            headroom=headroom,
-            client_rack=client_rack,
-            sticky_messages=sticky_messages,
-            sticky_bytes=sticky_bytes,
-        )
-        limit = check_count("max_in_flight", max_in_flight)
-        assert limit is not None
-        self._produce_timeout_s = check_positive_number(
-            "produce_timeout_s", produce_timeout_s, allow_zero=True
-        )
-        deadline = (
-            None
-            if delivery_timeout_s is None
-            else check_positive_number("delivery_timeout_s", delivery_timeout_s)
-        )
-        attempts = check_count("max_attempts", max_attempts, optional=True)
-        # > 0: a message that must wait (nothing usable) is looked at again after a pause,
-        # not in a busy loop.
-        backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
-        backoff_max = check_positive_number(
-            "retry_backoff_max_s", retry_backoff_max_s, allow_zero=True
-        )
-        if backoff_max < backoff:
-            raise ConfigError(
-                f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
-                f"({retry_backoff_s!r})"
-            )
-        check_positive_number("metadata_timeout_s", metadata_timeout_s)
-        refresh = (
-            check_positive_number("metadata_refresh_s", metadata_refresh_s),
-            check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),
-            check_positive_number("min_isr_refresh_s", min_isr_refresh_s),
-        )
-        min_isr = min_isr_option(min_insync_replicas)
-        self._qpolicy = shared_options(
-            quarantine_backoff_s=quarantine_backoff_s,
-            quarantine_max_s=quarantine_max_s,
-            message_id_header=message_id_header,
-            dead_letter=dead_letter,
-            dead_letter_args="message, err",
-            metrics_port=metrics_port,
-        )
+        # locals() holds the arguments by name (and the settings, which it ignores).
+        opts = producer_options(locals(), dead_letter_args="message, err")
+        options = opts.choice
+        limit = opts.max_in_flight
+        self._produce_timeout_s = opts.produce_timeout_s
+        self._qpolicy = opts.quarantine
 
         self._options = options
         self._default_cb = settings.default_on_delivery
@@ -377,12 +335,7 @@ class FailoverProducer:
 
         self._buffer: RetryBuffer[_Record] = RetryBuffer(
             max_in_flight=limit + _THREAD_SLACK,
-            policy=RetryPolicy(
-                max_attempts=attempts,
-                deadline_s=deadline,
-                backoff_initial_s=backoff,
-                backoff_max_s=backoff_max,
-            ),
+            policy=opts.retry_policy,
             on_final_failure=self._on_final_failure,
         )
         self._record_cls: type[_Record] = type(
@@ -440,11 +393,11 @@ class FailoverProducer:
         self._meta = MetadataRefresher(
             self._source,
             self._on_metadata,
-            min_insync_replicas=min_isr,
-            refresh_s=refresh[0],
-            fast_refresh_s=refresh[1],
-            min_isr_refresh_s=refresh[2],
-            request_timeout_s=metadata_timeout_s,
+            min_insync_replicas=opts.min_insync_replicas,
+            refresh_s=opts.refresh_s,
+            fast_refresh_s=opts.fast_refresh_s,
+            min_isr_refresh_s=opts.min_isr_refresh_s,
+            request_timeout_s=opts.metadata_timeout_s,
             name=f"{self._name}-metadata",
         )
         try:
