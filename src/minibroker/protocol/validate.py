@@ -31,13 +31,15 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from minibroker.errors import MinibrokerError
 from minibroker.protocol.versions import API_NAMES
 
 __all__ = ["MalformedRequest", "validate_request"]
 
 
-class MalformedRequest(Exception):
-    """The frame does not decode as the request its header announces."""
+class MalformedRequest(MinibrokerError):
+    """The frame does not decode as the request its header announces (the broker closes that
+    connection, as Kafka does; raised to Python callers of the decoder only)."""
 
 
 class _Fault(Exception):
