@@ -22,12 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from tenacity import AsyncRetrying, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying
 
 from failover_partitioner._aio_wake import Wakeup
-from failover_partitioner.errors import ConfigError, MetadataUnavailable
+from failover_partitioner.errors import MetadataUnavailable
 from failover_partitioner.health import PartitionMetadata, TopicMetadata
-from failover_partitioner.metadata import MinIsr, PartitionsAnswer, RefreshSchedule
+from failover_partitioner.metadata import MinIsr, PartitionsAnswer, RefreshSchedule, _steps
+from failover_partitioner.metadata._refresher import min_isr_option as check_min_isr_option
 
 __all__ = [
     "AioMetadataRefresher",
@@ -164,21 +165,6 @@ class SourceLike(Protocol):
     async def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None: ...
 
 
-def check_min_isr_option(value: object) -> int | Mapping[str, int] | None:
-    """``min_insync_replicas=``: None, an int >= 1 for every topic, or a mapping topic -> int."""
-
-    def check(v: object, where: str) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"min_insync_replicas{where} must be an int >= 1, got {v!r}")
-        return v
-
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): check(v, f"[{k!r}]") for k, v in value.items()}
-    return check(value, "")
-
-
 class AioMetadataRefresher:
     """Keeps every watched topic's metadata fresh from a task on the running loop.
 
@@ -201,15 +187,7 @@ class AioMetadataRefresher:
         self._source = source
         self._on_update = on_update
         self._option = check_min_isr_option(min_insync_replicas)
-        if (
-            isinstance(request_timeout_s, bool)
-            or not isinstance(request_timeout_s, (int, float))
-            or not request_timeout_s > 0
-        ):
-            raise ConfigError(
-                f"metadata_timeout_s must be a number of seconds > 0, got {request_timeout_s!r}"
-            )
-        self._timeout_s = float(request_timeout_s)
+        self._timeout_s = _steps.check_request_timeout_s(request_timeout_s, "metadata_timeout_s")
         self._clock = clock
         self._schedule = RefreshSchedule(
             refresh_s=refresh_s, fast_refresh_s=fast_refresh_s, min_isr_refresh_s=min_isr_refresh_s
@@ -257,11 +235,7 @@ class AioMetadataRefresher:
         deadline = self._clock() + timeout_s
         md = await self._fetch(topic, deadline=deadline, min_isr_budget_s=min(1.0, timeout_s / 2))
         if md is None:
-            raise MetadataUnavailable(
-                f"no metadata for topic {topic!r} within {timeout_s:g} s; check "
-                "bootstrap_servers and that the cluster is reachable (the producer keeps "
-                "trying in the background)"
-            )
+            raise _steps.no_metadata(topic, timeout_s, "bootstrap_servers")
         return md
 
     async def _run(self) -> None:
@@ -285,23 +259,10 @@ class AioMetadataRefresher:
             answer = await self._partitions_with_retries(topic, deadline)
         except Exception as exc:
             self._schedule.fetched(topic, self._clock(), ok=False)
-            last = self._metadata.get(topic)
-            logger.warning(
-                "metadata for topic %s could not be fetched (%s); keeping the last view, %s old",
-                topic,
-                exc,
-                "never fetched" if last is None else f"{self._clock() - last.fetched_at:.1f} s",
-            )
+            _steps.log_fetch_failure(logger, topic, exc, self._metadata.get(topic), self._clock)
             return None
         now = self._clock()
-        md = TopicMetadata(
-            topic=topic,
-            partitions=answer.partitions,
-            min_insync_replicas=min_isr.value,
-            min_isr_source=min_isr.source,
-            exists=answer.exists,
-            fetched_at=now,
-        )
+        md = _steps.topic_metadata(topic, answer, min_isr, now)
         self._schedule.fetched(topic, now, ok=True)
         self._metadata[topic] = md
         self._on_update(md)
@@ -309,9 +270,7 @@ class AioMetadataRefresher:
 
     async def _partitions_with_retries(self, topic: str, deadline: float) -> PartitionsAnswer:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(4) | stop_after_delay(max(0.0, deadline - self._clock())),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
-            reraise=True,
+            stop=_steps.fetch_stop(deadline, self._clock()), wait=_steps.FETCH_WAIT, reraise=True
         )
         async for attempt in retrying:
             with attempt:
@@ -320,11 +279,9 @@ class AioMetadataRefresher:
         raise AssertionError("unreachable: AsyncRetrying re-raises the last error")
 
     async def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr:
-        option = self._option
-        if isinstance(option, int):
-            return MinIsr(value=option, source="option")
-        if option is not None and topic in option:
-            return MinIsr(value=option[topic], source="option")
+        chosen = _steps.option_min_isr(self._option, topic)
+        if chosen is not None:
+            return chosen
         cached = self._min_isr.get(topic)
         if self._schedule.min_isr_due(topic, self._clock()):
             timeout = self._timeout_s if budget_s is None else budget_s
@@ -339,11 +296,4 @@ class AioMetadataRefresher:
                 cached = answer
         if cached is not None:
             return cached
-        if topic not in self._warned_default:
-            self._warned_default.add(topic)
-            logger.warning(
-                "min.insync.replicas of topic %s is unknown (DescribeConfigs failed or is not "
-                "allowed); assuming 1 until it can be read. Pass min_insync_replicas= to set it",
-                topic,
-            )
-        return MinIsr(value=1, source="default")
+        return _steps.default_min_isr(topic, self._warned_default, logger)

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tenacity import Retrying, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import Retrying
 
-from failover_partitioner.errors import ConfigError, MetadataUnavailable
+from failover_partitioner.errors import ConfigError
 from failover_partitioner.health import TopicMetadata
+from failover_partitioner.metadata import _steps
 from failover_partitioner.metadata._source import MetadataSource, MinIsr, PartitionsAnswer
 
 __all__ = ["MetadataRefresher", "RefreshSchedule"]
@@ -164,16 +165,9 @@ class MetadataRefresher:
         self._source = source
         self._on_update = on_update
         self._option = min_isr_option(min_insync_replicas)
-        if (
-            isinstance(request_timeout_s, bool)
-            or not isinstance(request_timeout_s, (int, float))
-            or not request_timeout_s > 0
-        ):
-            raise ConfigError(
-                f"metadata request_timeout_s must be a number of seconds > 0, "
-                f"got {request_timeout_s!r}"
-            )
-        self._timeout_s = float(request_timeout_s)
+        self._timeout_s = _steps.check_request_timeout_s(
+            request_timeout_s, "metadata request_timeout_s"
+        )
         self._clock = clock
         self._schedule = RefreshSchedule(
             refresh_s=refresh_s, fast_refresh_s=fast_refresh_s, min_isr_refresh_s=min_isr_refresh_s
@@ -233,11 +227,7 @@ class MetadataRefresher:
         deadline = self._clock() + timeout_s
         md = self._fetch(topic, deadline=deadline, min_isr_budget_s=min(1.0, timeout_s / 2))
         if md is None:
-            raise MetadataUnavailable(
-                f"no metadata for topic {topic!r} within {timeout_s:g} s; check "
-                "bootstrap.servers and that the cluster is reachable (the producer keeps "
-                "trying in the background)"
-            )
+            raise _steps.no_metadata(topic, timeout_s, "bootstrap.servers")
         return md
 
     # -- the thread ---------------------------------------------------------------------------
@@ -273,23 +263,10 @@ class MetadataRefresher:
         except Exception as exc:
             with self._lock:
                 self._schedule.fetched(topic, self._clock(), ok=False)
-            last = self._metadata.get(topic)
-            logger.warning(
-                "metadata for topic %s could not be fetched (%s); keeping the last view, %s old",
-                topic,
-                exc,
-                "never fetched" if last is None else f"{self._clock() - last.fetched_at:.1f} s",
-            )
+            _steps.log_fetch_failure(logger, topic, exc, self._metadata.get(topic), self._clock)
             return None
         now = self._clock()
-        md = TopicMetadata(
-            topic=topic,
-            partitions=answer.partitions,
-            min_insync_replicas=min_isr.value,
-            min_isr_source=min_isr.source,
-            exists=answer.exists,
-            fetched_at=now,
-        )
+        md = _steps.topic_metadata(topic, answer, min_isr, now)
         with self._lock:
             self._schedule.fetched(topic, now, ok=True)
             self._metadata[topic] = md
@@ -302,18 +279,14 @@ class MetadataRefresher:
             return self._source.partitions(topic, remaining)
 
         retrying = Retrying(
-            stop=stop_after_attempt(4) | stop_after_delay(max(0.0, deadline - self._clock())),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
-            reraise=True,
+            stop=_steps.fetch_stop(deadline, self._clock()), wait=_steps.FETCH_WAIT, reraise=True
         )
         return retrying(attempt)
 
     def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr:
-        option = self._option
-        if isinstance(option, int):
-            return MinIsr(value=option, source="option")
-        if option is not None and topic in option:
-            return MinIsr(value=option[topic], source="option")
+        chosen = _steps.option_min_isr(self._option, topic)
+        if chosen is not None:
+            return chosen
         now = self._clock()
         with self._lock:
             cached = self._min_isr.get(topic)
@@ -334,11 +307,4 @@ class MetadataRefresher:
                     cached = answer
         if cached is not None:
             return cached
-        if topic not in self._warned_default:
-            self._warned_default.add(topic)
-            logger.warning(
-                "min.insync.replicas of topic %s is unknown (DescribeConfigs failed or is not "
-                "allowed); assuming 1 until it can be read. Pass min_insync_replicas= to set it",
-                topic,
-            )
-        return MinIsr(value=1, source="default")
+        return _steps.default_min_isr(topic, self._warned_default, logger)

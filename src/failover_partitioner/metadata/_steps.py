@@ -1,0 +1,104 @@
+"""The refresher's steps on plain values, shared by the threaded refresher and its asyncio twin.
+
+What differs between the two (a lock or none, a call or an await) stays in each class; what
+they decide alike lives here once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from tenacity import stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity.stop import stop_base
+
+from failover_partitioner.errors import ConfigError, MetadataUnavailable
+from failover_partitioner.health import TopicMetadata
+from failover_partitioner.metadata._source import MinIsr, PartitionsAnswer
+
+__all__ = [
+    "FETCH_WAIT",
+    "check_request_timeout_s",
+    "default_min_isr",
+    "fetch_stop",
+    "log_fetch_failure",
+    "no_metadata",
+    "option_min_isr",
+    "topic_metadata",
+]
+
+# Between a fetch's tries: 50 ms, doubling, at most 1 s.
+FETCH_WAIT = wait_exponential(multiplier=0.05, max=1.0)
+
+
+def fetch_stop(deadline: float, now: float) -> stop_base:
+    """When to give up a fetch that must end by ``deadline``: after four tries, or then."""
+    return stop_after_attempt(4) | stop_after_delay(max(0.0, deadline - now))
+
+
+def check_request_timeout_s(value: object, name: str) -> float:
+    """``value`` as seconds > 0; ``name`` is what the error calls it (the caller's option)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def option_min_isr(option: int | Mapping[str, int] | None, topic: str) -> MinIsr | None:
+    """What ``min_insync_replicas=`` sets for ``topic``; None when the cluster must say."""
+    if isinstance(option, int):
+        return MinIsr(value=option, source="option")
+    if option is not None and topic in option:
+        return MinIsr(value=option[topic], source="option")
+    return None
+
+
+def default_min_isr(topic: str, warned: set[str], log: logging.Logger) -> MinIsr:
+    """1, when neither the option nor the cluster says; ``log`` warns once per topic."""
+    if topic not in warned:
+        warned.add(topic)
+        log.warning(
+            "min.insync.replicas of topic %s is unknown (DescribeConfigs failed or is not "
+            "allowed); assuming 1 until it can be read. Pass min_insync_replicas= to set it",
+            topic,
+        )
+    return MinIsr(value=1, source="default")
+
+
+def topic_metadata(
+    topic: str, answer: PartitionsAnswer, min_isr: MinIsr, now: float
+) -> TopicMetadata:
+    """The view of ``topic`` that a successful fetch at ``now`` gives."""
+    return TopicMetadata(
+        topic=topic,
+        partitions=answer.partitions,
+        min_insync_replicas=min_isr.value,
+        min_isr_source=min_isr.source,
+        exists=answer.exists,
+        fetched_at=now,
+    )
+
+
+def log_fetch_failure(
+    log: logging.Logger,
+    topic: str,
+    exc: Exception,
+    last: TopicMetadata | None,
+    clock: Callable[[], float],
+) -> None:
+    """Say that the fetch failed and how old the view kept instead is."""
+    log.warning(
+        "metadata for topic %s could not be fetched (%s); keeping the last view, %s old",
+        topic,
+        exc,
+        "never fetched" if last is None else f"{clock() - last.fetched_at:.1f} s",
+    )
+
+
+def no_metadata(topic: str, timeout_s: float, servers_option: str) -> MetadataUnavailable:
+    """The error of a first fetch that found nothing in time (``servers_option``: the
+    client's name for its bootstrap servers, which the user should check)."""
+    return MetadataUnavailable(
+        f"no metadata for topic {topic!r} within {timeout_s:g} s; check "
+        f"{servers_option} and that the cluster is reachable (the producer keeps "
+        "trying in the background)"
+    )

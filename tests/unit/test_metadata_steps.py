@@ -1,0 +1,166 @@
+"""The metadata refreshers' shared steps, and the asyncio refresher built on them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from tenacity import RetryError, Retrying, wait_none
+
+from failover_partitioner import ConfigError, MetadataUnavailable, TopicMetadata
+from failover_partitioner._aio_metadata import AioMetadataRefresher
+from failover_partitioner.health import PartitionMetadata
+from failover_partitioner.metadata import MinIsr, PartitionsAnswer, _steps
+
+LOG = logging.getLogger("test_metadata_steps")
+PARTS = tuple(
+    PartitionMetadata(partition=p, leader=1, replicas=(1, 2, 3), isr=(1, 2)) for p in range(2)
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return self.now
+
+
+@pytest.mark.parametrize("name", ["metadata_timeout_s", "metadata request_timeout_s"])
+@pytest.mark.parametrize("value", [0, -1.5, True, "5", None])
+def test_a_bad_request_timeout_is_refused_under_the_callers_name(name: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=f"^{name} must be a number of seconds > 0, got "):
+        _steps.check_request_timeout_s(value, name)
+
+
+def test_a_request_timeout_comes_back_as_float_seconds() -> None:
+    timeout = _steps.check_request_timeout_s(3, "metadata_timeout_s")
+    assert timeout == 3.0
+    assert type(timeout) is float
+
+
+def test_the_option_sets_min_isr_for_the_topics_it_names_only() -> None:
+    assert _steps.option_min_isr(2, "orders") == MinIsr(value=2, source="option")
+    assert _steps.option_min_isr({"orders": 3}, "orders") == MinIsr(value=3, source="option")
+    assert _steps.option_min_isr({"orders": 3}, "payments") is None
+    assert _steps.option_min_isr(None, "orders") is None
+
+
+def test_the_default_min_isr_is_1_and_warned_once_per_topic(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    warned: set[str] = set()
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        first = [_steps.default_min_isr(t, warned, LOG) for t in ("a", "a", "b", "a")]
+    assert first == [MinIsr(value=1, source="default")] * 4
+    assert [r.getMessage().split(" is ")[0] for r in caplog.records] == [
+        "min.insync.replicas of topic a",
+        "min.insync.replicas of topic b",
+    ]
+    assert warned == {"a", "b"}
+
+
+def test_a_fetch_becomes_the_topics_view_with_its_min_isr_and_time() -> None:
+    md = _steps.topic_metadata(
+        "orders", PartitionsAnswer(partitions=PARTS), MinIsr(value=2, source="topic"), 12.5
+    )
+    assert md == TopicMetadata(
+        topic="orders",
+        partitions=PARTS,
+        min_insync_replicas=2,
+        min_isr_source="topic",
+        exists=True,
+        fetched_at=12.5,
+    )
+
+
+def test_a_failed_fetch_says_how_old_the_kept_view_is(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    last = _steps.topic_metadata(
+        "orders", PartitionsAnswer(partitions=PARTS), MinIsr(value=2, source="topic"), 997.5
+    )
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        _steps.log_fetch_failure(LOG, "orders", OSError("refused"), None, clock)
+        assert clock.calls == 0  # nothing to age
+        _steps.log_fetch_failure(LOG, "orders", OSError("refused"), last, clock)
+    assert [r.getMessage() for r in caplog.records] == [
+        "metadata for topic orders could not be fetched (refused); keeping the last view, "
+        "never fetched old",
+        "metadata for topic orders could not be fetched (refused); keeping the last view, "
+        "2.5 s old",
+    ]
+
+
+def test_no_metadata_names_the_clients_own_servers_option() -> None:
+    error = _steps.no_metadata("orders", 1.5, "bootstrap_servers")
+    assert isinstance(error, MetadataUnavailable)
+    assert str(error).startswith(
+        "no metadata for topic 'orders' within 1.5 s; check bootstrap_servers and"
+    )
+
+
+@pytest.mark.parametrize(("time_left_s", "tries"), [(60.0, 4), (0.0, 1), (-5.0, 1)])
+def test_a_fetch_is_tried_four_times_at_most_and_not_after_its_deadline(
+    time_left_s: float, tries: int
+) -> None:
+    calls = 0
+
+    def fail() -> None:
+        nonlocal calls
+        calls += 1
+        raise OSError("refused")
+
+    retrying = Retrying(stop=_steps.fetch_stop(100.0 + time_left_s, 100.0), wait=wait_none())
+    with pytest.raises(RetryError):
+        retrying(fail)
+    assert calls == tries
+
+
+class FakeAsyncSource:
+    def __init__(self) -> None:
+        self.fail = False
+        self.min_isr: MinIsr | None = MinIsr(value=2, source="topic")
+
+    async def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
+        if self.fail:
+            raise ConnectionError("broker unreachable")
+        return PartitionsAnswer(partitions=PARTS)
+
+    async def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None:
+        return self.min_isr
+
+
+def test_the_asyncio_refresher_keeps_the_last_view_and_falls_back_to_min_isr_1(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source, clock, updates = FakeAsyncSource(), Clock(), list[TopicMetadata]()
+
+    async def main() -> None:
+        r = AioMetadataRefresher(source, updates.append, clock=clock)
+        md = await r.fetch_now("orders", 1.0)
+        assert (md.min_insync_replicas, md.min_isr_source, md.fetched_at) == (2, "topic", 1000.0)
+        source.fail = True
+        clock.now += 30
+        with pytest.raises(MetadataUnavailable, match="check bootstrap_servers"):
+            await r.fetch_now("orders", 0.01)
+        assert r.metadata("orders") == md
+        assert r.age_s("orders") == 30.0
+        source.fail, source.min_isr = False, None
+        clock.now += 300
+        assert (await r.fetch_now("payments", 1.0)).min_insync_replicas == 1
+        await r.fetch_now("payments", 1.0)
+
+    with caplog.at_level(logging.WARNING, logger="failover_partitioner._aio_metadata"):
+        asyncio.run(main())
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("orders could not be fetched" in m and "30.0 s old" in m for m in messages)
+    assert sum("min.insync.replicas of topic payments" in m for m in messages) == 1
+    assert len(updates) == 3
+
+
+def test_the_asyncio_refresher_refuses_a_bad_timeout_under_the_producers_option() -> None:
+    with pytest.raises(ConfigError, match=r"^metadata_timeout_s must be"):
+        AioMetadataRefresher(FakeAsyncSource(), lambda md: None, request_timeout_s=0)
