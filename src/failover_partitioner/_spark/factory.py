@@ -2,7 +2,7 @@
 
 The driver must reject bad settings before any task runs, yet must not build a producer: that
 would connect to the cluster and start threads on a machine that writes nothing. So the
-settings go through the same validators ``FailoverProducer.__init__`` uses, and the client
+settings go through the same check ``FailoverProducer.__init__`` uses, and the client
 config through a confluent-kafka client that has no broker to reach.
 """
 
@@ -18,16 +18,12 @@ import confluent_kafka
 
 from failover_partitioner._config import (
     FailoverConfigWarning,
-    check_count,
-    check_positive_number,
-    choice_options,
     client_settings,
+    producer_options,
 )
 from failover_partitioner._message import DeliveryReport, UndeliveredMessage
 from failover_partitioner.errors import ConfigError
-from failover_partitioner.metadata._refresher import min_isr_option
 from failover_partitioner.producer import DeadLetterHook, FailoverProducer, ProducerStatistics
-from failover_partitioner.quarantine import QuarantinePolicy
 
 # Each Python worker would start its own exporter on the same port: the second one fails.
 UNSUPPORTED_OPTIONS = {
@@ -36,8 +32,8 @@ UNSUPPORTED_OPTIONS = {
 }
 
 
-# The options validate() checks value by value, as FailoverProducer.__init__ does (a test holds
-# this set to the producer's signature, so a new option cannot slip past the driver).
+# The options validate() checks, through the same function as FailoverProducer.__init__ (a
+# test holds this set to the producer's signature, so a new option cannot slip past the driver).
 CHECKED_OPTIONS = frozenset(
     {
         "min_insync_replicas",
@@ -142,48 +138,7 @@ def validate(config: Mapping[str, Any], options: Mapping[str, Any]) -> None:
     for text in settings.warnings:
         warnings.warn(text, FailoverConfigWarning, stacklevel=4)
     _check_client_config(settings.client_conf)
-    choice_options(
-        strategy=args["strategy"],
-        key_policy=args["key_policy"],
-        headroom=args["headroom"],
-        client_rack=args["client_rack"],
-        sticky_messages=args["sticky_messages"],
-        sticky_bytes=args["sticky_bytes"],
-    )
-    check_count("max_in_flight", args["max_in_flight"])
-    check_count("max_attempts", args["max_attempts"], optional=True)
-    check_positive_number("produce_timeout_s", args["produce_timeout_s"], allow_zero=True)
-    if args["delivery_timeout_s"] is not None:
-        check_positive_number("delivery_timeout_s", args["delivery_timeout_s"])
-    backoff = check_positive_number("retry_backoff_s", args["retry_backoff_s"])
-    backoff_max = check_positive_number(
-        "retry_backoff_max_s", args["retry_backoff_max_s"], allow_zero=True
-    )
-    if backoff_max < backoff:
-        raise ConfigError(
-            f"retry_backoff_max_s ({backoff_max!r}) must be >= retry_backoff_s ({backoff!r})"
-        )
-    for name in ("metadata_refresh_s", "metadata_fast_refresh_s", "min_isr_refresh_s"):
-        check_positive_number(name, args[name])
-    check_positive_number("metadata_timeout_s", args["metadata_timeout_s"])
-    try:
-        QuarantinePolicy(
-            initial_s=check_positive_number("quarantine_backoff_s", args["quarantine_backoff_s"]),
-            max_s=check_positive_number("quarantine_max_s", args["quarantine_max_s"]),
-        )
-    except ValueError as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(str(exc)) from None
-    min_isr_option(args["min_insync_replicas"])
-    header = args["message_id_header"]
-    if header is not None and (not isinstance(header, str) or not header):
-        raise ConfigError(
-            f"message_id_header must be a non-empty header name or None, got {header!r}"
-        )
-    hook = args["dead_letter"]
-    if hook is not None and not callable(hook):
-        raise ConfigError(f"dead_letter must be callable(message, err), got {hook!r}")
+    producer_options(args, dead_letter_args="message, err")
 
 
 def _bind(config: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
