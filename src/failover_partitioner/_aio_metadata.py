@@ -290,7 +290,9 @@ class AioMetadataRefresher:
             except Exception as exc:
                 logger.info("min.insync.replicas of topic %s not available: %s", topic, exc)
                 answer = None
-            self._schedule.min_isr_fetched(topic, self._clock(), ok=answer is not None)
+            self._schedule.min_isr_fetched(
+                topic, self._clock(), ok=answer is not None, budgeted=budget_s is not None
+            )
             if answer is not None:
                 self._min_isr[topic] = answer
                 cached = answer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -195,3 +196,46 @@ def test_admin_config_drops_python_callbacks_and_refuses_the_mock() -> None:
     conf = {"bootstrap.servers": "b:9092", "on_delivery": print, "sasl.username": "u"}
     assert admin_config(conf) == {"bootstrap.servers": "b:9092", "sasl.username": "u"}
     assert admin_config({"test.mock.num.brokers": 3}) is None
+
+
+def test_a_min_isr_lookup_cut_short_is_asked_again_at_once() -> None:
+    s = RefreshSchedule(refresh_s=30.0, fast_refresh_s=0.5, min_isr_refresh_s=300.0)
+    s.add("t", 0.0)
+    # The first fetch's lookup ran out of its short budget: the next fetch comes at once and
+    # asks again (with the fetch's full timeout).
+    s.min_isr_fetched("t", 0.0, ok=False, budgeted=True)
+    s.fetched("t", 0.0, ok=True)
+    assert s.next_due_at() == pytest.approx(0.05)
+    assert s.min_isr_due("t", 0.05)
+    # Failing again with the full timeout: the usual pace (30 s), not a busy loop.
+    s.min_isr_fetched("t", 0.05, ok=False)
+    s.fetched("t", 0.05, ok=True)
+    assert s.next_due_at() == pytest.approx(30.05)
+    assert not s.min_isr_due("t", 30.0)
+    assert s.min_isr_due("t", 30.05)
+
+
+class SlowMinIsrSource(FakeSource):
+    """DescribeConfigs answers, but not within the first fetch's short budget."""
+
+    def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None:
+        if timeout_s < 1.0:
+            self.min_isr_calls += 1
+            raise TimeoutError("DescribeConfigs timed out")
+        return super().min_insync_replicas(topic, timeout_s)
+
+
+def test_the_assumed_min_isr_of_a_first_fetch_is_replaced_within_a_second() -> None:
+    source = SlowMinIsrSource()
+    updates: list[TopicMetadata] = []
+    r = MetadataRefresher(source, updates.append, request_timeout_s=2.0)
+    try:
+        # fetch_now gives the lookup min(1 s, half its timeout): 0.5 s, not enough here.
+        assert r.fetch_now("orders", 1.0).min_insync_replicas == 1
+        r.start()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and updates[-1].min_insync_replicas != 2:
+            time.sleep(0.01)
+        assert (updates[-1].min_insync_replicas, updates[-1].min_isr_source) == (2, "topic")
+    finally:
+        r.close()

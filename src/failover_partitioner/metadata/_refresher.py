@@ -36,6 +36,9 @@ class _TopicSchedule:
     last_attempt_at: float | None = None
     last_success_at: float | None = None
     failures: int = 0
+    # The last min ISR lookup failed on a budget shorter than a fetch's own timeout (the first
+    # fetch, on the caller's thread): the next fetch comes at once and asks again.
+    min_isr_cut_short: bool = False
 
 
 class RefreshSchedule:
@@ -106,19 +109,29 @@ class RefreshSchedule:
         if ok:
             s.failures = 0
             s.last_success_at = now
-            s.due_at = now + (self.fast_refresh_s if s.fast else self.refresh_s)
+            if s.min_isr_cut_short:
+                s.due_at = now + self.min_gap_s
+            else:
+                s.due_at = now + (self.fast_refresh_s if s.fast else self.refresh_s)
         else:
             s.failures += 1
             backoff = min(self.retry_max_s, 0.1 * 2 ** min(s.failures - 1, 16))
             s.due_at = now + min(backoff, self.fast_refresh_s if s.fast else self.refresh_s)
 
-    def min_isr_fetched(self, topic: str, now: float, *, ok: bool) -> None:
+    def min_isr_fetched(self, topic: str, now: float, *, ok: bool, budgeted: bool = False) -> None:
+        """Record a min ISR lookup; ``budgeted``: it had less time than a fetch's timeout."""
         s = self._topics.get(topic)
         if s is not None:
-            # Not known: ask again sooner, but not on every metadata fetch.
-            s.min_isr_due_at = now + (
-                self.min_isr_refresh_s if ok else min(self.min_isr_refresh_s, 30.0)
-            )
+            # A lookup cut short is asked again at the next fetch, which then comes at once
+            # with the full timeout: the assumed 1 should not stand for long. Otherwise, not
+            # known: ask again sooner, but not on every metadata fetch.
+            s.min_isr_cut_short = not ok and budgeted
+            if s.min_isr_cut_short:
+                s.min_isr_due_at = now
+            else:
+                s.min_isr_due_at = now + (
+                    self.min_isr_refresh_s if ok else min(self.min_isr_refresh_s, 30.0)
+                )
 
     def last_success_at(self, topic: str) -> float | None:
         s = self._topics.get(topic)
@@ -301,7 +314,9 @@ class MetadataRefresher:
                 logger.info("min.insync.replicas of topic %s not available: %s", topic, exc)
                 answer = None
             with self._lock:
-                self._schedule.min_isr_fetched(topic, self._clock(), ok=answer is not None)
+                self._schedule.min_isr_fetched(
+                    topic, self._clock(), ok=answer is not None, budgeted=budget_s is not None
+                )
                 if answer is not None:
                     self._min_isr[topic] = answer
                     cached = answer
