@@ -226,3 +226,19 @@ def test_a_batch_over_the_inflow_limit_waits_then_refuses_the_rest(mock: MockClu
     assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
         b"m%d" % i for i in range(100)
     )
+
+
+def test_a_batch_with_a_callback_still_in_flight_at_close_is_handed_back(
+    mock: MockCluster,
+) -> None:
+    reports = _Reports()
+    p = producer(mock)
+    for b in range(1, 4):
+        mock.broker_down(b)
+    p.produce_batch(TOPIC, [{"value": b"m%d" % i} for i in range(50)], on_delivery=reports)
+    left = p.close(timeout=0.2)
+    # close() is their outcome: all 50 come back, and no callback fired for them.
+    assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
+        b"m%d" % i for i in range(50)
+    )
+    assert reports.by_value == {}
