@@ -73,7 +73,6 @@ from failover_partitioner.health import (
     TopicView,
     partition_health,
 )
-from failover_partitioner.metadata import RefreshSchedule
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
 from failover_partitioner.producer import ProducerStatistics
 from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
@@ -299,13 +298,7 @@ class AsyncFailoverProducer:
         self._produce_timeout_s = opts.produce_timeout_s
         self._metadata_timeout_s = opts.metadata_timeout_s
         self._qpolicy = opts.quarantine
-        self._opts = opts  # the refresher's settings, for start()
-        # Validates the combination now rather than at start().
-        RefreshSchedule(
-            refresh_s=opts.refresh_s,
-            fast_refresh_s=opts.fast_refresh_s,
-            min_isr_refresh_s=opts.min_isr_refresh_s,
-        )
+        self._opts = opts  # the refresher's settings (checked above), for start()
 
         self._settings = settings
         self._message_id_header = message_id_header
