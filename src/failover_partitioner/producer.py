@@ -525,6 +525,14 @@ class FailoverProducer:
                     kept = None
                 else:
                     kept = headers[:]  # the caller may reuse its list; a retry needs these
+                    # The client checks values but writes any name as str(name) (a bytes
+                    # name becomes "b'...'"): refuse that here, as the checked path does.
+                    try:
+                        for name, _ in kept:
+                            if type(name) is not str:
+                                raise TypeError
+                    except (TypeError, ValueError):
+                        _normalise_headers(kept, topic)  # raises, naming the pair
                 rec = self._record_cls()
                 rec._cb = self._default_cb if on_delivery is None else on_delivery
                 rec._entry = None

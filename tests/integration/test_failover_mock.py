@@ -436,6 +436,10 @@ def test_list_headers_survive_re_producing_and_callbacks_fire_once(mock: MockClu
         (("k", 5), "must have str, bytes or None values; got the item \\('k', 5\\)"),
         (["k", b"v"], "list of \\(str, value\\) pairs; got the item \\['k', b'v'\\]"),
         (("k", b"v", b"w"), "list of \\(str, value\\) pairs; got the item"),
+        # confluent-kafka would write these names as "b'k'" and "1"
+        ((b"k", b"v"), "list of \\(str, value\\) pairs; got the item \\(b'k', b'v'\\)"),
+        ((1, b"v"), "list of \\(str, value\\) pairs; got the item \\(1, b'v'\\)"),
+        ((), "list of \\(str, value\\) pairs; got the item \\(\\)"),
     ],
 )
 def test_a_bad_header_pair_is_refused_before_the_message_is_accepted(
