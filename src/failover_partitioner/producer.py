@@ -579,10 +579,6 @@ class FailoverProducer:
             self._produce_each(topic, messages, 0, len(messages), on_delivery, refused)
         else:
             cb = self._default_cb if on_delivery is None else on_delivery
-            # The client's report goes to one callable for the whole call: the producer's own
-            # when nobody listens, else one that makes each message's record only when its
-            # report comes (see _report_to).
-            report = self._report_cb if cb is None else functools.partial(self._report_to, cb)
             step = self._batch_step
             for start in range(0, len(messages), step):
                 chunk = messages[start : start + step]
@@ -590,7 +586,7 @@ class FailoverProducer:
                     end = start + len(chunk)
                     if not self._produce_each(topic, messages, start, end, on_delivery, refused):
                         break
-                elif not self._produce_chunk(topic, chooser, chunk, start, refused, cb, report):
+                elif not self._produce_chunk(topic, chooser, chunk, start, refused, cb):
                     # Timed out at the in-flight limit: the rest is refused with it.
                     exc = refused[-1][1]
                     refused.extend((i, exc) for i in range(start + len(chunk), len(messages)))
@@ -640,11 +636,9 @@ class FailoverProducer:
         start: int,
         refused: list[tuple[int, BaseException]],
         cb: DeliveryCallback | None,
-        report: Callable[[Any, Any], None],
     ) -> bool:
-        """Hand ``chunk`` (value-only dicts) to the client, one call per partition, with
-        ``report`` as the client's callback for each (``cb`` is the user's, for those taking
-        the single path); False when it could not be counted in (the rest is then refused)."""
+        """Hand ``chunk`` (value-only dicts, ``cb`` their callback or None) to the client, one
+        call per partition; False when it could not be counted in (the rest is then refused)."""
         k = len(chunk)
         # Count the chunk in at C speed: islice pulls k-1 numbers, next() the last.
         _drain(itertools.islice(self._c_in, k - 1), maxlen=0)
@@ -677,6 +671,9 @@ class FailoverProducer:
                 groups[p] = part
             else:
                 group.extend(part)
+        # The client's reports go to one callable for the chunk: the producer's own when nobody
+        # listens, else one that makes each message's record only when its report comes.
+        report = self._report_cb if cb is None else functools.partial(self._report_to, cb)
         batch = self._produce_batch_raw
         for p, group in groups.items():
             try:

@@ -276,10 +276,7 @@ class AsyncMerger(Generic[T]):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
-            due_in = core.next_due_in()
-            if due_in is not None and (remaining is None or due_in < remaining):
-                remaining = due_in
-            await self._buffer._wait_change(remaining)
+            await self._buffer._wait_change(core.wait_bound_s(remaining))
 
     async def next_batch(self, n: int, timeout: float | None = 0.0) -> list[Entry[T]]:
         """Up to ``n`` entries in ``next()``'s order; waits up to ``timeout`` for the first only.

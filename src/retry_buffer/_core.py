@@ -317,6 +317,14 @@ class Accounting(Generic[T]):
         due_at = min(queue[0]._due_at for queue in self._levels if queue)
         return max(0.0, due_at - self._clock())
 
+    def wait_bound_s(self, remaining_s: float | None) -> float | None:
+        """How long a waiter may sleep: ``remaining_s`` (None: no bound), cut short to when
+        the next failed entry is due."""
+        due_in = self.next_due_in()
+        if due_in is not None and (remaining_s is None or due_in < remaining_s):
+            return due_in
+        return remaining_s
+
     # -- the end -----------------------------------------------------------------------------
 
     def close(self) -> list[Entry[T]]:

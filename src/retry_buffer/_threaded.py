@@ -439,9 +439,7 @@ class Merger(Generic[T]):
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return None
-                    due_in = core.next_due_in()
-                    if due_in is not None and (remaining is None or due_in < remaining):
-                        remaining = due_in
+                    remaining = core.wait_bound_s(remaining)
                     start = time.monotonic()
                     try:
                         buf._cond.wait(remaining)
