@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from failover_partitioner._config import FailoverConfigWarning
-from failover_partitioner._message import DeliveryReport, UndeliveredMessage
+from failover_partitioner._message import DeliveryGroup, DeliveryReport, UndeliveredMessage
 
 # The asyncio producer (aiokafka), from aio.py.
 from failover_partitioner.aio import AsyncFailoverProducer
@@ -40,6 +40,7 @@ __all__ = [
     "BatchRefused",
     "ChoiceOptions",
     "ConfigError",
+    "DeliveryGroup",
     "DeliveryReport",
     "ErrorClass",
     "FailoverConfigWarning",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["DeliveryReport", "Headers", "UndeliveredMessage"]
+__all__ = ["DeliveryGroup", "DeliveryReport", "Headers", "UndeliveredMessage"]
 
 Headers = list[tuple[str, str | bytes | None]]
 """Headers as the producer keeps them: a list of (name, value) pairs, in order."""
@@ -28,6 +28,36 @@ _TIMESTAMP_NOT_AVAILABLE = 0
 _TIMESTAMP_CREATE_TIME = 1
 
 _R = TypeVar("_R", bound="DeliveryReport")
+
+
+class DeliveryGroup:
+    """An ``on_delivery`` callback shared by many messages that needs no report of a message
+    delivered at its first attempt (a mirror counting what is done, say).
+
+    Every producer may call it as ``group(err, report)``, once per message, with its final
+    outcome, as any delivery callback. :class:`~failover_partitioner.FailoverProducer` instead
+    calls ``group.delivered()`` (no arguments) for a message delivered at its first attempt: it
+    then keeps no record of the message and makes no report, which saves most of the
+    per-message cost of a callback. A message that fails is rebuilt from the client's report
+    (topic, key, value, headers, timestamp) and takes the usual retry path; its final outcome,
+    delivered or not, comes as ``group(err, report)``.
+
+    Subclass it and override both methods; a subclass with ``__slots__`` stays small.
+    """
+
+    __slots__ = ("_client_report",)
+
+    def __init__(self) -> None:
+        # The producer's per-group callable it gives the client (set on first use).
+        self._client_report: Any = None
+
+    def delivered(self) -> None:
+        """A message of the group was delivered at its first attempt."""
+        raise NotImplementedError
+
+    def __call__(self, err: Any, report: DeliveryReport) -> None:
+        """Any other final outcome: ``err`` None (delivered after a retry) or the error."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -71,7 +71,12 @@ from failover_partitioner._config import (
     client_settings,
     producer_options,
 )
-from failover_partitioner._message import DeliveryReport, Headers, UndeliveredMessage
+from failover_partitioner._message import (
+    DeliveryGroup,
+    DeliveryReport,
+    Headers,
+    UndeliveredMessage,
+)
 from failover_partitioner._topics import TopicState as _TopicState
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.errors import (
@@ -191,6 +196,26 @@ class _Record(DeliveryReport):
                 cb(None, self)
         else:
             self._failure(self, err, msg)
+
+
+class _GroupReport:
+    """The client's callback for the messages of one :class:`DeliveryGroup`: a delivery counts
+    the message out and tells the group; a failure rebuilds the message from the report."""
+
+    __slots__ = ("_c_out", "_delivered", "_group", "producer")
+
+    def __init__(self, producer: FailoverProducer, group: DeliveryGroup) -> None:
+        self.producer = producer
+        self._group = group
+        self._c_out = producer._c_out
+        self._delivered = group.delivered
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            next(self._c_out)
+            self._delivered()
+        else:
+            self.producer._failed_without_record(self._group, err, msg)
 
 
 def _kafka_error(error: object) -> Any:
@@ -524,15 +549,35 @@ class FailoverProducer:
                         return
                     kept = None
                 else:
-                    kept = headers[:]  # the caller may reuse its list; a retry needs these
                     # The client checks values but writes any name as str(name) (a bytes
                     # name becomes "b'...'"): refuse that here, as the checked path does.
                     try:
-                        for name, _ in kept:
+                        for name, _ in headers:
                             if type(name) is not str:
                                 raise TypeError
                     except (TypeError, ValueError):
-                        _normalise_headers(kept, topic)  # raises, naming the pair
+                        _normalise_headers(headers, topic)  # raises, naming the pair
+                    kept = headers
+                if isinstance(on_delivery, DeliveryGroup):
+                    # No record: the group hears of a first-attempt delivery without a report,
+                    # and a failure is rebuilt from the client's (see DeliveryGroup).
+                    report = on_delivery._client_report
+                    if report is None or report.producer is not self:
+                        report = on_delivery._client_report = _GroupReport(self, on_delivery)
+                    self._n_in = next(self._c_in)
+                    try:
+                        self._produce_raw(topic, value, key, p, report, None, timestamp or 0, kept)
+                    except BaseException as exc:
+                        rec = self._record_cls()
+                        rec._cb = on_delivery
+                        rec._entry = None
+                        rec._m = (topic, value, key, None if kept is None else kept[:], timestamp)
+                        rec._partition = p
+                        rec._attempts = 1
+                        self._produce_raised(rec, exc, first=True)
+                    return
+                if kept is not None:
+                    kept = kept[:]  # the caller may reuse its list; a retry needs these
                 rec = self._record_cls()
                 rec._cb = self._default_cb if on_delivery is None else on_delivery
                 rec._entry = None
@@ -807,15 +852,15 @@ class FailoverProducer:
         cb(None, rec)
 
     def _failed_without_record(self, cb: DeliveryCallback | None, err: Any, msg: Any) -> None:
-        """Rebuild a message sent without a record (it had no headers) from the client's
-        report, and treat its failure as a record's."""
+        """Rebuild a message sent without a record from the client's report (headers
+        included), and treat its failure as a record's."""
         rec = self._record_cls()
         ts_type, ts = msg.timestamp()
         rec._m = (
             msg.topic(),
             msg.value(),
             msg.key(),
-            None,
+            msg.headers(),
             ts if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME else None,
         )
         rec._cb = cb

@@ -13,10 +13,13 @@ Pure bookkeeping: no clients, no clock, no threads. The mirror calls it from one
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["CommitLedger", "PartitionProgress", "PartitionTracker"]
+from failover_partitioner._message import DeliveryGroup, DeliveryReport
+
+__all__ = ["CommitLedger", "OutcomeHandler", "PartitionProgress", "PartitionTracker", "Span"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,20 +40,87 @@ class PartitionProgress:
     """The first offset that finally failed; the committed offset never passes it."""
 
 
-class PartitionTracker:
-    """Commit state of one assigned source partition.
+class Span(DeliveryGroup):
+    """Consecutive messages of one source partition handed to the producer together; they
+    share one delivery callback (a :class:`~failover_partitioner.DeliveryGroup`) and are
+    committed together once every one has its outcome.
 
-    ``handed(offset)`` records a message given to the producer (offsets must increase; gaps, as
-    left by compaction or transaction markers, are fine). ``finished(offset)`` records its final
-    delivery, in any order. ``committable`` is the first offset still unfinished, or one past the
-    last handed offset when everything finished.
+    ``pending`` counts the messages without an outcome, plus one while the span is open (the
+    mirror still handing it messages), so that it cannot be done before it is closed.
+    ``failed`` is its lowest offset that finally failed, if any.
     """
 
     __slots__ = (
+        "count",
+        "end",
+        "failed",
+        "first",
+        "on_outcome",
+        "open",
+        "pending",
+        "settled",
+        "source",
+        "tracker",
+    )
+
+    def __init__(
+        self, tracker: PartitionTracker, first: int, on_outcome: OutcomeHandler | None
+    ) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.first = first
+        self.end = first
+        self.count = 0
+        self.pending = 1
+        self.open = True
+        self.failed: int | None = None
+        # Its messages without an outcome were handed back (see PartitionTracker.handed_back).
+        self.settled = False
+        self.on_outcome = on_outcome
+        # What the caller keeps to tell its messages apart (the mirror: the consumed batch).
+        self.source: Any = None
+
+    def delivered(self) -> None:
+        """One message has its final outcome (delivered, dead-lettered or failed)."""
+        self.pending -= 1
+        if not self.pending:
+            self.tracker._span_done(self)
+        elif self.tracker.dropped:
+            self.tracker._abandoned_one()
+
+    def __call__(self, err: Any, report: DeliveryReport) -> None:
+        handler = self.on_outcome
+        if handler is None:
+            if err is not None:
+                raise ValueError("a span without an outcome handler cannot take a failure")
+            self.delivered()
+        else:
+            handler(self, err, report)
+
+
+OutcomeHandler = Callable[[Span, Any, DeliveryReport], None]
+
+
+class PartitionTracker:
+    """Commit state of one assigned source partition.
+
+    The mirror hands messages in spans: :meth:`open` at a span's first offset, one
+    ``span.pending += 1`` per message given to the producer, :meth:`close` with one past its
+    last offset; each message's outcome calls ``span.delivered()`` (see :class:`Span`), and a
+    message that finally failed is recorded with :meth:`failed_in` first. Spans finish in any
+    order. ``committable`` is the first offset of the first span not finished, the lowest failed
+    offset of a finished span that had a failure, or one past the last handed offset.
+
+    ``handed(offset)`` / ``finished(offset)`` / ``failed(offset)`` / ``withdraw(offset)`` do the
+    same one message at a time (a span of one). Offsets must increase; gaps, as left by
+    compaction or transaction markers, are fine.
+    """
+
+    __slots__ = (
+        "_by_offset",
         "_committed",
         "_delivered",
-        "_failed",
-        "_finished",
+        "_ledger",
         "_next",
         "_pending",
         "dropped",
@@ -59,93 +129,135 @@ class PartitionTracker:
         "topic",
     )
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, ledger: CommitLedger | None = None) -> None:
         self.topic = topic
         self.partition = partition
-        # Handed offsets not yet popped off the head; some may already be finished (out of order).
-        self._pending: deque[int] = deque()
-        self._finished: set[int] = set()
-        # Offsets popped off the head (delivered in order) and not yet covered by a commit.
-        self._delivered: deque[int] = deque()
+        self._ledger = ledger
+        # Spans in hand order not yet popped off the head; some may be finished (out of order).
+        self._pending: deque[Span] = deque()
+        # Spans popped off the head (all delivered) and not yet covered by a commit.
+        self._delivered: deque[Span] = deque()
+        # The one-message spans of handed()/finished(), by offset, until their outcome.
+        self._by_offset: dict[int, Span] = {}
         self._next: int | None = None
         self._committed: int | None = None
-        self._failed: set[int] = set()
         self.failed_offset: int | None = None
         # Set when the partition is revoked or lost: late outcomes no longer count.
         self.dropped = False
 
-    def handed(self, offset: int) -> None:
-        """Record that the message at ``offset`` was given to the producer."""
-        if self._next is not None and offset < self._next:
+    # -- spans ------------------------------------------------------------------------------
+
+    def open(self, first: int, on_outcome: OutcomeHandler | None = None) -> Span:
+        """Start a span at ``first``; outcomes other than a first-attempt delivery go to
+        ``on_outcome(span, err, report)``."""
+        if self._next is not None and first < self._next:
             raise ValueError(
-                f"{self.topic}[{self.partition}]: offset {offset} handed after {self._next - 1}; "
+                f"{self.topic}[{self.partition}]: offset {first} handed after {self._next - 1}; "
                 "offsets of one partition must be handed in increasing order"
             )
-        self._pending.append(offset)
-        self._next = offset + 1
+        span = Span(self, first, on_outcome)
+        self._pending.append(span)
+        self._next = first
+        return span
+
+    def close(self, span: Span, end: int, count: int) -> None:
+        """The span holds ``count`` messages, its last before offset ``end``."""
+        span.end = end
+        span.count = count
+        span.open = False
+        self._next = end
+        span.delivered()  # lets go of the hold taken by open()
+
+    def failed_in(self, span: Span, offset: int) -> None:
+        """The message at ``offset`` of ``span`` finally failed: the committed offset never
+        passes it. Its ``span.delivered()`` still follows, as for any outcome."""
+        if span.failed is None or offset < span.failed:
+            span.failed = offset
+        if self.failed_offset is None or offset < self.failed_offset:
+            self.failed_offset = offset
+
+    def unfinished(self) -> list[Span]:
+        """Closed spans with messages still out, in hand order."""
+        return [s for s in self._pending if s.pending and not s.open]
+
+    def handed_back(self, span: Span, offsets: Iterable[int]) -> None:
+        """The producer returned these messages of ``span`` undelivered, and had an outcome
+        for every other: the span commits up to its lowest returned offset (its first offset
+        when none could be told). They still count in flight: nothing delivered them."""
+        lowest = min(offsets, default=span.first)
+        if span.failed is None or lowest < span.failed:
+            span.failed = lowest
+        span.settled = True
+
+    def _span_done(self, span: Span) -> None:
+        if self.dropped:
+            self._abandoned_one()
+            return
+        pending = self._pending
+        if pending and pending[0] is span:
+            while pending and not pending[0].pending and pending[0].failed is None:
+                self._delivered.append(pending.popleft())
+
+    def _abandoned_one(self) -> None:
+        if self._ledger is not None:
+            self._ledger.abandoned_finished()
+
+    # -- one message at a time ----------------------------------------------------------------
+
+    def handed(self, offset: int) -> None:
+        """Record that the message at ``offset`` was given to the producer."""
+        span = self.open(offset)
+        span.pending += 1
+        self.close(span, offset + 1, 1)
+        self._by_offset[offset] = span
 
     def withdraw(self, offset: int) -> None:
         """Take back the last handed offset: the producer never accepted that message."""
         pending = self._pending
-        if not pending or pending[-1] != offset or offset in self._finished:
+        span = self._by_offset.get(offset)
+        if span is None or not pending or pending[-1] is not span:
             raise ValueError(
                 f"{self.topic}[{self.partition}]: only the last handed offset can be withdrawn, "
                 f"not {offset}"
             )
         pending.pop()
-        self._failed.discard(offset)
+        del self._by_offset[offset]
         # The consumer delivered this offset, so every earlier one of this assignment was
         # handed or committed before: committing the withdrawn offset itself is safe.
         self._next = offset
 
     def finished(self, offset: int) -> None:
         """Record that the message at ``offset`` was finally delivered (or dead-lettered)."""
-        pending = self._pending
-        if pending and pending[0] == offset and not self._failed:
-            # The common case, in-order completion: no set traffic.
-            pending.popleft()
-            self._delivered.append(offset)
-            if self._finished:
-                self._pop_finished_head()
-            return
-        self._check_out(offset)
-        if offset == pending[0]:
-            pending.popleft()
-            self._delivered.append(offset)
-            self._pop_finished_head()
-        else:
-            self._finished.add(offset)
-
-    def _pop_finished_head(self) -> None:
-        pending, finished = self._pending, self._finished
-        while pending and pending[0] in finished:
-            head = pending.popleft()
-            finished.remove(head)
-            self._delivered.append(head)
+        self._take(offset).delivered()
 
     def failed(self, offset: int) -> None:
         """Record that the message at ``offset`` finally failed: it stays unfinished for good."""
-        self._check_out(offset)
-        self._failed.add(offset)
-        if self.failed_offset is None or offset < self.failed_offset:
-            self.failed_offset = offset
+        span = self._take(offset)
+        self.failed_in(span, offset)
+        span.delivered()
 
-    def _check_out(self, offset: int) -> None:
-        """Raise unless ``offset`` was handed and its outcome has not come back yet."""
-        pending = self._pending
-        if not pending or offset < pending[0] or offset >= (self._next or 0):
-            raise ValueError(
-                f"{self.topic}[{self.partition}]: outcome for offset {offset}, "
-                "which is not in flight"
+    def _take(self, offset: int) -> Span:
+        """The one-message span of ``offset``, whose outcome has not come back yet."""
+        span = self._by_offset.pop(offset, None)
+        if span is None:
+            ended = any(s.first == offset for s in self._pending) or any(
+                s.first == offset for s in self._delivered
             )
-        if offset in self._finished or offset in self._failed:
-            raise ValueError(f"{self.topic}[{self.partition}]: offset {offset} ended twice")
+            what = "ended twice" if ended else "which is not in flight"
+            raise ValueError(f"{self.topic}[{self.partition}]: outcome for offset {offset}, {what}")
+        return span
+
+    # -- commits ------------------------------------------------------------------------------
 
     @property
     def committable(self) -> int | None:
         """The offset a commit would store now, or None when nothing was handed yet."""
-        if self._pending:
-            return self._pending[0]
+        pending = self._pending
+        if pending:
+            head = pending[0]
+            if head.failed is not None and (not head.pending or head.settled):
+                return head.failed
+            return head.first
         return self._next
 
     def to_commit(self) -> int | None:
@@ -161,7 +273,7 @@ class PartitionTracker:
             return  # an older commit confirmed late; the newer one stands
         self._committed = offset
         delivered = self._delivered
-        while delivered and delivered[0] < offset:
+        while delivered and delivered[0].end <= offset:
             delivered.popleft()
 
     @property
@@ -171,12 +283,12 @@ class PartitionTracker:
     @property
     def in_flight(self) -> int:
         """Messages handed to the producer whose outcome has not come back."""
-        return len(self._pending) - len(self._finished) - len(self._failed)
+        return sum(s.pending - s.open for s in self._pending)
 
     @property
     def uncommitted(self) -> int:
         """Messages consumed and not covered by a commit."""
-        return len(self._pending) + len(self._delivered)
+        return sum(s.count for s in self._pending) + sum(s.count for s in self._delivered)
 
     def progress(self) -> PartitionProgress:
         return PartitionProgress(
@@ -208,7 +320,7 @@ class CommitLedger:
 
     def assign(self, topic: str, partition: int) -> PartitionTracker:
         """Start tracking a newly assigned partition (a fresh tracker if it was known)."""
-        tracker = PartitionTracker(topic, partition)
+        tracker = PartitionTracker(topic, partition, self)
         old = self._trackers.get((topic, partition))
         if old is not None:
             self._abandon(old)

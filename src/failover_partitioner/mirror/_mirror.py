@@ -44,7 +44,7 @@ from prometheus_client.registry import CollectorRegistry
 from failover_partitioner._message import DeliveryReport
 from failover_partitioner.errors import ConfigError, ProduceTimeout
 
-from ._commits import CommitLedger, PartitionTracker
+from ._commits import CommitLedger, Span
 from ._config import MirrorOptions
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
@@ -128,7 +128,7 @@ ProducerFactory = Callable[[dict[str, str]], ProducerLike]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Failure:
-    tracker: PartitionTracker
+    span: Span
     source: Message
     target_topic: str
     error: str
@@ -165,6 +165,8 @@ class Mirror:
         self._clock = clock
         self._ledger = CommitLedger()
         self._failures: deque[_Failure] = deque()
+        # Per span with failures: the offsets already matched to a failure report.
+        self._claimed: dict[Span, set[int]] = {}
         self._fatal: _Failure | None = None
         self._stop_requested = False
         self._hurry = False
@@ -356,18 +358,20 @@ class Mirror:
         producer = self._producer
         assert producer is not None
         # The hot path: locals only, and per-partition values looked up once per run of
-        # messages from the same partition (the consumer returns them grouped). Counters move
-        # once per run; deliveries are counted from the trackers (see _delivered_by_topic).
+        # messages from the same partition (the consumer returns them grouped). Each run is a
+        # Span: one delivery callback shared by its messages, which the failover producer
+        # counts down without a report per message. Counters move once per run; deliveries
+        # are counted from the trackers (see _delivered_by_topic).
         produce = producer.produce
         get_tracker = self._ledger.get
         provenance = self._options.provenance_headers
-        on_delivery = self._on_delivery
+        on_outcome = self._on_outcome
         consumed = self._consumed
         last_topic = ""
         last_partition = -1
-        tracker: PartitionTracker | None = None
-        handed: Callable[[int], None] | None = None
-        run = 0
+        span: Span | None = None
+        count = 0
+        end = 0
         target = ""
         prefix: Headers = []
         try:
@@ -383,16 +387,20 @@ class Mirror:
                 assert partition is not None
                 assert offset is not None
                 if partition != last_partition or topic != last_topic:
-                    if run:
-                        consumed[last_topic] = consumed.get(last_topic, 0) + run
-                        run = 0
+                    if span is not None:
+                        consumed[last_topic] = consumed.get(last_topic, 0) + count
+                        span.tracker.close(span, end, count)
+                        span = None
                     last_topic, last_partition = topic, partition
                     tracker = get_tracker(topic, partition)
-                    handed = None if tracker is None else tracker.handed
+                    if tracker is not None:
+                        span = tracker.open(offset, on_outcome)
+                        span.source = batch
+                        count = 0
                     target = self._router.target(topic)
                     if provenance:
                         prefix = self._provenance_prefix(topic, partition)
-                if tracker is None or handed is None:
+                if span is None:
                     continue  # revoked while the batch was out; the new owner reads it again
                 # A consumed message's headers are always a list of pairs, never the dict form.
                 headers: Headers | None = msg.headers()  # type: ignore[assignment]
@@ -404,38 +412,41 @@ class Mirror:
                     else:
                         headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 ts_type, ts = msg.timestamp()
-                handed(offset)
-                run += 1
-                callback = partial(on_delivery, tracker, msg)
+                span.pending += 1
                 try:
                     produce(
                         target,
                         msg.value(),
                         msg.key(),
                         headers,
-                        callback,
+                        span,
                         ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
                     )
                 except (BufferError, ProduceTimeout):
-                    if not self._produce_when_room(target, msg, headers, callback, ts_type, ts):
-                        tracker.withdraw(offset)
-                        run -= 1
-                        return  # stopping: the rest of the batch is not handed, nor committed
+                    if not self._produce_when_room(target, msg, headers, span, ts_type, ts):
+                        # Stopping: not accepted, and the rest of the batch is not handed, nor
+                        # committed. Committing this offset itself is safe (see withdraw).
+                        span.pending -= 1
+                        end = offset
+                        return
                 except (KafkaException, ValueError, TypeError) as exc:
                     self._failures.append(
-                        _Failure(tracker=tracker, source=msg, target_topic=target, error=str(exc))
+                        _Failure(span=span, source=msg, target_topic=target, error=str(exc))
                     )
+                count += 1
+                end = offset + 1
         finally:
             # Also when a consumer error or the producer raises midway: what was handed counts.
-            if run:
-                consumed[last_topic] = consumed.get(last_topic, 0) + run
+            if span is not None:
+                consumed[last_topic] = consumed.get(last_topic, 0) + count
+                span.tracker.close(span, end, count)
 
     def _produce_when_room(
         self,
         target: str,
         msg: Message,
         headers: Headers | None,
-        callback: DeliveryCallback,
+        callback: DeliveryCallback | Span,
         ts_type: int,
         ts: int,
     ) -> bool:
@@ -474,43 +485,79 @@ class Mirror:
 
     # -- delivery outcomes (inside producer.poll: update state only) ---------------------
 
-    def _on_delivery(
-        self,
-        tracker: PartitionTracker,
-        source: Message,
-        err: KafkaError | None,
-        report: DeliveryReport,
-    ) -> None:
-        # Once per message: the delivered count is derived, not counted here.
+    def _on_outcome(self, span: Span, err: KafkaError | None, report: DeliveryReport) -> None:
+        """A span's message delivered after a retry, or failed finally (a first-attempt
+        delivery only counts the span down: ``Span.delivered``)."""
+        tracker = span.tracker
         if tracker.dropped:
-            self._ledger.abandoned_finished()
+            span.delivered()  # counted as an abandoned message back
         elif err is None:
-            tracker.finished(source.offset())  # type: ignore[arg-type]  # consumed: has one
             if report.attempts() > 1:
                 self._rerouted[tracker.topic] = self._rerouted.get(tracker.topic, 0) + 1
+            span.delivered()
         else:
-            target = self._router.target(tracker.topic)
             self._failures.append(
-                _Failure(tracker=tracker, source=source, target_topic=target, error=_describe(err))
+                _Failure(
+                    span=span,
+                    source=self._source_of(span, report),
+                    target_topic=self._router.target(tracker.topic),
+                    error=_describe(err),
+                )
             )
+
+    def _source_of(self, span: Span, report: DeliveryReport) -> Message:
+        """The consumed message a failure report of ``span`` is about.
+
+        The offset is in the report's last provenance header when those are on. Otherwise
+        the first message of the span with the same key and value not already matched: when
+        equal messages could be told apart only by offset, that picks the earliest, so a
+        commit stops at or before the one that failed, never after it."""
+        tracker = span.tracker
+        batch: list[Message] = span.source
+        if len(self._claimed) > 64:
+            # Spans whose messages all have an outcome need no matching any more.
+            self._claimed = {s: c for s, c in self._claimed.items() if s.pending}
+        claimed = self._claimed.setdefault(span, set())
+        candidates = [
+            m
+            for m in batch
+            if m.error() is None
+            and m.partition() == tracker.partition
+            and m.topic() == tracker.topic
+            and span.first <= (m.offset() or 0) < span.end
+            and m.offset() not in claimed
+        ]
+        wanted: int | None = None
+        if self._options.provenance_headers:
+            for name, value in reversed(report.headers() or []):
+                if name == HEADER_SOURCE_OFFSET and value is not None:
+                    wanted = int(value)
+                    break
+        found = next((m for m in candidates if m.offset() == wanted), None)
+        if found is None:
+            value, key = report.value(), report.key()
+            found = next(
+                (m for m in candidates if m.value() == value and m.key() == key), candidates[0]
+            )
+        claimed.add(found.offset())  # type: ignore[arg-type]  # consumed: has one
+        return found
 
     def _on_dead_letter(
         self, failure: _Failure, err: KafkaError | None, report: DeliveryReport
     ) -> None:
-        tracker = failure.tracker
+        span = failure.span
+        tracker = span.tracker
         if tracker.dropped:
-            self._ledger.abandoned_finished()
+            span.delivered()  # counted as an abandoned message back
             return
         if err is None:
-            offset = failure.source.offset()
-            assert offset is not None
-            tracker.finished(offset)
             topic = tracker.topic
             self._dead_lettered[topic] = self._dead_lettered.get(topic, 0) + 1
+            span.delivered()
         else:
             self._failures.append(
                 _Failure(
-                    tracker=tracker,
+                    span=span,
                     source=failure.source,
                     target_topic=failure.target_topic,
                     error=f"{failure.error}; the dead-letter topic refused it too: "
@@ -524,17 +571,19 @@ class Mirror:
         dead_letter = self._options.dead_letter_topic
         while self._failures:
             failure = self._failures.popleft()
-            tracker = failure.tracker
+            span = failure.span
+            tracker = span.tracker
             if tracker.dropped:
                 # Revoked meanwhile: not committed here, the partition's new owner retries it.
-                self._ledger.abandoned_finished()
+                span.delivered()  # counted as an abandoned message back
                 continue
             if dead_letter is not None and not failure.dead_letter_attempt:
                 self._send_to_dead_letter(dead_letter, failure)
                 continue
             offset = failure.source.offset()
             assert offset is not None
-            tracker.failed(offset)
+            tracker.failed_in(span, offset)
+            span.delivered()  # its outcome: failed, so the span stops commits there
             topic = tracker.topic
             self._failed[topic] = self._failed.get(topic, 0) + 1
             if self._fatal is None:
@@ -561,7 +610,8 @@ class Mirror:
         headers: Headers = list(src.headers() or [])  # type: ignore[arg-type]  # list form
         offset = src.offset()
         assert offset is not None
-        headers += self._provenance(failure.tracker.topic, failure.tracker.partition, offset)
+        tracker = failure.span.tracker
+        headers += self._provenance(tracker.topic, tracker.partition, offset)
         headers.append((HEADER_ERROR, failure.error.encode()))
         ts_type, ts = src.timestamp()
         try:
@@ -576,7 +626,7 @@ class Mirror:
         except (BufferError, ProduceTimeout, KafkaException, ValueError, TypeError) as exc:
             self._failures.append(
                 _Failure(
-                    tracker=failure.tracker,
+                    span=failure.span,
                     source=src,
                     target_topic=failure.target_topic,
                     error=f"{failure.error}; the dead-letter topic refused it too: {exc}",
@@ -586,8 +636,8 @@ class Mirror:
             return
         logger.warning(
             "%s[%d]@%d could not be delivered to %r (%s); sent to dead-letter topic %r",
-            failure.tracker.topic,
-            failure.tracker.partition,
+            failure.span.tracker.topic,
+            failure.span.tracker.partition,
             offset,
             failure.target_topic,
             failure.error,
@@ -595,7 +645,7 @@ class Mirror:
         )
 
     def _fatal_error(self, failure: _Failure) -> MessageFailedError:
-        tracker = failure.tracker
+        tracker = failure.span.tracker
         offset = failure.source.offset()
         assert offset is not None
         size = len(failure.source.value() or b"") + len(failure.source.key() or b"")
@@ -796,32 +846,91 @@ class Mirror:
         self._state = "draining"
         if self._paused:
             self._paused = False  # the consumer is closed below; no resume needed
+        closed = False
         try:
             if producer is not None:
                 deadline = self._clock() + self._options.drain_timeout_s
                 while self._ledger.in_flight and self._clock() < deadline and not self._hurry:
                     producer.poll(0.05)
                     self._handle_failures()
+                if self._ledger.in_flight:
+                    # Whatever is not delivered by now is handed back (uncommitted); what comes
+                    # back tells which messages of each unfinished span were delivered.
+                    closed = True
+                    self._handed_back(producer.close(0))
             self._commit(None, reason="shutdown")
         finally:
             self._closing = True
             try:
                 consumer.close()
             finally:
-                if producer is not None:
-                    # Whatever is not delivered by now is handed back (uncommitted).
-                    undelivered = producer.close(0)
-                    if undelivered:
-                        logger.warning(
-                            "%d messages were not delivered by shutdown; their offsets are not "
-                            "committed, so they are mirrored again after a restart",
-                            len(undelivered),
-                        )
+                if producer is not None and not closed:
+                    self._handed_back(producer.close(0))
         self._state = "failed" if failed or self._fatal is not None else "stopped"
         if self._registry is not None:
             # A finished mirror leaves the registry, so the next one (a restart in the same
             # process) can register the same metric names.
             self._registry.unregister(self._collector)
+
+    def _handed_back(self, undelivered: Sequence[Any]) -> None:
+        """Mark where each unfinished span's commit stops, from the messages the producer
+        returned undelivered (every other message of the span had its outcome)."""
+        if not undelivered:
+            return
+        logger.warning(
+            "%d messages were not delivered by shutdown; their offsets are not committed, so "
+            "they are mirrored again after a restart",
+            len(undelivered),
+        )
+        spans = [s for t in self._ledger for s in t.unfinished()]
+        back: dict[Span, list[int]] = {s: [] for s in spans}
+        for m in undelivered:
+            found = self._locate(spans, m)
+            if found is not None:
+                back[found[0]].append(found[1])
+        for span, offsets in back.items():
+            # A span none of whose messages could be told commits up to its first offset.
+            span.tracker.handed_back(span, offsets if offsets else [span.first])
+
+    def _locate(self, spans: list[Span], m: Any) -> tuple[Span, int] | None:
+        """The span and source offset of a message handed back by the producer."""
+        headers = getattr(m, "headers", None) or ()
+        if self._options.provenance_headers:
+            found: dict[str, str | bytes | None] = {}
+            for name, value in headers:  # the last of each: the mirror's own
+                found[name] = value
+            try:
+                topic = found[HEADER_SOURCE_TOPIC]
+                partition = int(found[HEADER_SOURCE_PARTITION] or b"")
+                offset = int(found[HEADER_SOURCE_OFFSET] or b"")
+            except (KeyError, ValueError):
+                pass
+            else:
+                name = topic.decode() if isinstance(topic, bytes) else topic
+                for span in spans:
+                    t = span.tracker
+                    if (
+                        t.topic == name
+                        and t.partition == partition
+                        and span.first <= offset < span.end
+                    ):
+                        return span, offset
+        value, key = getattr(m, "value", None), getattr(m, "key", None)
+        for span in spans:
+            t = span.tracker
+            for msg in span.source or ():
+                off = msg.offset()
+                if (
+                    msg.error() is None
+                    and msg.partition() == t.partition
+                    and msg.topic() == t.topic
+                    and off is not None
+                    and span.first <= off < span.end
+                    and msg.value() == value
+                    and msg.key() == key
+                ):
+                    return span, off
+        return None
 
     # -- reporting -----------------------------------------------------------------------
 
