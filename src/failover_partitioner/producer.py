@@ -121,6 +121,7 @@ _ANY_PARTITION = -1
 _BATCH_KEYS = frozenset({"value", "key", "headers", "timestamp"})
 _VALUE = operator.itemgetter("value")
 _drain = collections.deque  # deque(iterator, maxlen=0) consumes it in C
+_partial = functools.partial
 
 
 def _value_only(chunk: list[Any]) -> bool:
@@ -200,15 +201,20 @@ class _Record(DeliveryReport):
 
 class _GroupReport:
     """The client's callback for the messages of one :class:`DeliveryGroup`: a delivery counts
-    the message out and tells the group; a failure rebuilds the message from the report."""
+    the message out and tells the group; a failure rebuilds the message from the report.
 
-    __slots__ = ("_c_out", "_delivered", "_group", "producer")
+    Failure reports carry no headers and no timestamp: a message with either is given to the
+    client as ``partial(report.keeping, headers, timestamp)`` (made in C, no Python frame when
+    called)."""
+
+    __slots__ = ("_c_out", "_delivered", "_group", "keeping", "producer")
 
     def __init__(self, producer: FailoverProducer, group: DeliveryGroup) -> None:
         self.producer = producer
         self._group = group
         self._c_out = producer._c_out
         self._delivered = group.delivered
+        self.keeping = self._keeping  # bound once
 
     def __call__(self, err: Any, msg: Any) -> None:
         if err is None:
@@ -216,6 +222,13 @@ class _GroupReport:
             self._delivered()
         else:
             self.producer._failed_without_record(self._group, err, msg)
+
+    def _keeping(self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any) -> None:
+        if err is None:
+            next(self._c_out)
+            self._delivered()
+        else:
+            self.producer._failed_without_record(self._group, err, msg, headers, timestamp)
 
 
 def _kafka_error(error: object) -> Any:
@@ -535,9 +548,13 @@ class FailoverProducer:
                         # No callback, no headers: no record either (see _report).
                         self._n_in = next(self._c_in)
                         try:
-                            self._produce_raw(
-                                topic, value, key, p, self._report_cb, None, timestamp or 0
+                            # A failure report has no timestamp: one given is kept for a retry.
+                            report = (
+                                self._report_cb
+                                if timestamp is None
+                                else _partial(self._report_keeping, None, timestamp)
                             )
+                            self._produce_raw(topic, value, key, p, report, None, timestamp or 0)
                         except BufferError:
                             # librdkafka's queue is full: the record path waits it out.
                             self._produce_with_record(
@@ -564,6 +581,10 @@ class FailoverProducer:
                     report = on_delivery._client_report
                     if report is None or report.producer is not self:
                         report = on_delivery._client_report = _GroupReport(self, on_delivery)
+                    if kept is not None or timestamp is not None:
+                        if kept is not None:
+                            kept = kept[:]  # the caller may reuse its list; a retry needs these
+                        report = _partial(report.keeping, kept, timestamp)
                     self._n_in = next(self._c_in)
                     try:
                         self._produce_raw(topic, value, key, p, report, None, timestamp or 0, kept)
@@ -571,7 +592,7 @@ class FailoverProducer:
                         rec = self._record_cls()
                         rec._cb = on_delivery
                         rec._entry = None
-                        rec._m = (topic, value, key, None if kept is None else kept[:], timestamp)
+                        rec._m = (topic, value, key, kept, timestamp)
                         rec._partition = p
                         rec._attempts = 1
                         self._produce_raised(rec, exc, first=True)
@@ -851,18 +872,30 @@ class FailoverProducer:
         next(self._c_out)
         cb(None, rec)
 
-    def _failed_without_record(self, cb: DeliveryCallback | None, err: Any, msg: Any) -> None:
-        """Rebuild a message sent without a record from the client's report (headers
-        included), and treat its failure as a record's."""
+    def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:
+        """``_report`` for a message with a timestamp, which a failure report lacks."""
+        if err is None:
+            next(self._c_out)
+            return
+        self._failed_without_record(None, err, msg, headers, timestamp)
+
+    def _failed_without_record(
+        self,
+        cb: DeliveryCallback | None,
+        err: Any,
+        msg: Any,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Rebuild a message sent without a record from the client's report (a failure report
+        has no headers and no timestamp: the caller kept those it had), and treat its failure
+        as a record's."""
         rec = self._record_cls()
-        ts_type, ts = msg.timestamp()
-        rec._m = (
-            msg.topic(),
-            msg.value(),
-            msg.key(),
-            msg.headers(),
-            ts if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME else None,
-        )
+        if timestamp is None:
+            ts_type, ts = msg.timestamp()
+            if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME:
+                timestamp = ts
+        rec._m = (msg.topic(), msg.value(), msg.key(), headers, timestamp)
         rec._cb = cb
         rec._entry = None
         rec._partition = msg.partition()
