@@ -589,10 +589,7 @@ class FailoverProducer:
                     try:
                         self._produce_raw(topic, value, key, p, report, None, timestamp or 0, kept)
                     except BaseException as exc:
-                        rec = self._record_cls()
-                        rec._cb = on_delivery
-                        rec._entry = None
-                        rec._m = (topic, value, key, kept, timestamp)
+                        rec = self._record_cls.new(topic, value, key, kept, timestamp, on_delivery)
                         rec._partition = p
                         rec._attempts = 1
                         self._produce_raised(rec, exc, first=True)

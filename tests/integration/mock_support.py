@@ -21,13 +21,19 @@ def mock_with_topic(topic: str, partitions: int) -> Iterator[MockCluster]:
         yield cluster
 
 
-def mock_producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
+def mock_producer(
+    mock: MockCluster, *, ready: str | None = None, **kwargs: Any
+) -> FailoverProducer:
     """A FailoverProducer on ``mock``; ``conf=`` adds client settings. The mock has no
-    DescribeConfigs, so min ISR is given (2 unless the test says otherwise)."""
+    DescribeConfigs, so min ISR is given (2 unless the test says otherwise). ``ready``: a
+    topic whose metadata the producer fetches before it is returned."""
     conf = {"bootstrap.servers": mock.bootstrap_servers, "acks": "all", "log_level": 0}
     conf.update(kwargs.pop("conf", {}))
     kwargs.setdefault("min_insync_replicas", 2)
-    return FailoverProducer(conf, **kwargs)
+    producer = FailoverProducer(conf, **kwargs)
+    if ready is not None:
+        producer.health(ready)
+    return producer
 
 
 def consume_topic(

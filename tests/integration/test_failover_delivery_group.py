@@ -41,9 +41,7 @@ def mock() -> Iterator[MockCluster]:
 
 
 def producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
-    p = mock_producer(mock, **kwargs)
-    p.health(TOPIC)
-    return p
+    return mock_producer(mock, ready=TOPIC, **kwargs)
 
 
 def headers(i: int) -> list[tuple[str, bytes]]:

@@ -27,9 +27,7 @@ def mock() -> Iterator[MockCluster]:
 
 
 def producer(mock: MockCluster, **kwargs: Any) -> FailoverProducer:
-    p = mock_producer(mock, **kwargs)
-    p.health(TOPIC)
-    return p
+    return mock_producer(mock, ready=TOPIC, **kwargs)
 
 
 def consume_all(mock: MockCluster, expected: int, timeout_s: float = 30.0) -> list[Any]:

@@ -83,10 +83,11 @@ class Span(DeliveryGroup):
     def delivered(self) -> None:
         """One message has its final outcome (delivered, dead-lettered or failed)."""
         self.pending -= 1
-        if not self.pending:
-            self.tracker._span_done(self)
-        elif self.tracker.dropped:
-            self.tracker._abandoned_one()
+        tracker = self.tracker
+        if tracker.dropped:
+            tracker._abandoned_one()  # of a revoked partition: counted back, not committed
+        elif not self.pending:
+            tracker._span_done()
 
     def __call__(self, err: Any, report: DeliveryReport) -> None:
         handler = self.on_outcome
@@ -166,7 +167,9 @@ class PartitionTracker:
         span.count = count
         span.open = False
         self._next = end
-        span.delivered()  # lets go of the hold taken by open()
+        span.pending -= 1  # lets go of the hold taken by open()
+        if not span.pending and not self.dropped:
+            self._span_done()
 
     def failed_in(self, span: Span, offset: int) -> None:
         """The message at ``offset`` of ``span`` finally failed: the committed offset never
@@ -189,14 +192,11 @@ class PartitionTracker:
             span.failed = lowest
         span.settled = True
 
-    def _span_done(self, span: Span) -> None:
-        if self.dropped:
-            self._abandoned_one()
-            return
+    def _span_done(self) -> None:
+        """A span has every outcome: move the finished, failure-free head spans to delivered."""
         pending = self._pending
-        if pending and pending[0] is span:
-            while pending and not pending[0].pending and pending[0].failed is None:
-                self._delivered.append(pending.popleft())
+        while pending and not pending[0].pending and pending[0].failed is None:
+            self._delivered.append(pending.popleft())
 
     def _abandoned_one(self) -> None:
         if self._ledger is not None:

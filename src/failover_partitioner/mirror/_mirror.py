@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, Protocol, TypeVar
@@ -506,41 +506,53 @@ class Mirror:
             )
 
     def _source_of(self, span: Span, report: DeliveryReport) -> Message:
-        """The consumed message a failure report of ``span`` is about.
-
-        The offset is in the report's last provenance header when those are on. Otherwise
-        the first message of the span with the same key and value not already matched: when
-        equal messages could be told apart only by offset, that picks the earliest, so a
-        commit stops at or before the one that failed, never after it."""
-        tracker = span.tracker
-        batch: list[Message] = span.source
+        """The consumed message a failure report of ``span`` is about (see ``_match``); each
+        message is matched once."""
         if len(self._claimed) > 64:
             # Spans whose messages all have an outcome need no matching any more.
             self._claimed = {s: c for s, c in self._claimed.items() if s.pending}
         claimed = self._claimed.setdefault(span, set())
-        candidates = [
-            m
-            for m in batch
-            if m.error() is None
-            and m.partition() == tracker.partition
-            and m.topic() == tracker.topic
-            and span.first <= (m.offset() or 0) < span.end
-            and m.offset() not in claimed
-        ]
-        wanted: int | None = None
-        if self._options.provenance_headers:
-            for name, value in reversed(report.headers() or []):
-                if name == HEADER_SOURCE_OFFSET and value is not None:
-                    wanted = int(value)
-                    break
-        found = next((m for m in candidates if m.offset() == wanted), None)
-        if found is None:
-            value, key = report.value(), report.key()
-            found = next(
-                (m for m in candidates if m.value() == value and m.key() == key), candidates[0]
-            )
-        claimed.add(found.offset())  # type: ignore[arg-type]  # consumed: has one
-        return found
+        found = self._match([span], report.headers(), report.value(), report.key(), claimed)
+        if found is not None:
+            msg = found[1]
+        else:
+            # Nothing to tell it by: the earliest unmatched message, so the commit stops there.
+            unmatched = [m for m in _span_messages(span) if m.offset() not in claimed]
+            msg = unmatched[0] if unmatched else next(_span_messages(span))
+        claimed.add(msg.offset())  # type: ignore[arg-type]  # consumed: has one
+        return msg
+
+    def _match(
+        self,
+        spans: Sequence[Span],
+        headers: Sequence[tuple[str, Any]] | None,
+        value: object,
+        key: object,
+        claimed: set[int] | frozenset[int] = frozenset(),
+    ) -> tuple[Span, Message] | None:
+        """The span and consumed message that a message the producer gives back (a failure
+        report, or one handed back at close) stands for.
+
+        By the mirror's provenance headers when they are on (the last of each name is the
+        mirror's own); else the earliest message of those spans with the same key and value:
+        when equal messages could be told apart only by offset, that picks the earliest, so a
+        commit stops at or before the one meant, never after it. ``claimed``: offsets already
+        matched, skipped."""
+        wanted = _provenance_of(headers) if self._options.provenance_headers else None
+        same: tuple[Span, Message] | None = None
+        for span in spans:
+            where = (span.tracker.topic, span.tracker.partition)
+            for msg in _span_messages(span):
+                offset = msg.offset()
+                if offset in claimed:
+                    continue
+                if wanted is not None and wanted == (*where, offset):
+                    return span, msg
+                if same is None and msg.value() == value and msg.key() == key:
+                    if wanted is None:
+                        return span, msg
+                    same = (span, msg)
+        return same
 
     def _on_dead_letter(
         self, failure: _Failure, err: KafkaError | None, report: DeliveryReport
@@ -885,52 +897,17 @@ class Mirror:
         spans = [s for t in self._ledger for s in t.unfinished()]
         back: dict[Span, list[int]] = {s: [] for s in spans}
         for m in undelivered:
-            found = self._locate(spans, m)
+            found = self._match(
+                spans,
+                getattr(m, "headers", None),
+                getattr(m, "value", None),
+                getattr(m, "key", None),
+            )
             if found is not None:
-                back[found[0]].append(found[1])
+                back[found[0]].append(found[1].offset())  # type: ignore[arg-type]
         for span, offsets in back.items():
             # A span none of whose messages could be told commits up to its first offset.
             span.tracker.handed_back(span, offsets if offsets else [span.first])
-
-    def _locate(self, spans: list[Span], m: Any) -> tuple[Span, int] | None:
-        """The span and source offset of a message handed back by the producer."""
-        headers = getattr(m, "headers", None) or ()
-        if self._options.provenance_headers:
-            found: dict[str, str | bytes | None] = {}
-            for name, value in headers:  # the last of each: the mirror's own
-                found[name] = value
-            try:
-                topic = found[HEADER_SOURCE_TOPIC]
-                partition = int(found[HEADER_SOURCE_PARTITION] or b"")
-                offset = int(found[HEADER_SOURCE_OFFSET] or b"")
-            except (KeyError, ValueError):
-                pass
-            else:
-                name = topic.decode() if isinstance(topic, bytes) else topic
-                for span in spans:
-                    t = span.tracker
-                    if (
-                        t.topic == name
-                        and t.partition == partition
-                        and span.first <= offset < span.end
-                    ):
-                        return span, offset
-        value, key = getattr(m, "value", None), getattr(m, "key", None)
-        for span in spans:
-            t = span.tracker
-            for msg in span.source or ():
-                off = msg.offset()
-                if (
-                    msg.error() is None
-                    and msg.partition() == t.partition
-                    and msg.topic() == t.topic
-                    and off is not None
-                    and span.first <= off < span.end
-                    and msg.value() == value
-                    and msg.key() == key
-                ):
-                    return span, off
-        return None
 
     # -- reporting -----------------------------------------------------------------------
 
@@ -993,6 +970,35 @@ def _build(what: str, factory: Callable[[dict[str, str]], _T], conf: Mapping[str
         raise
     except ConfigError as exc:
         raise MirrorConfigError(f"{what} config: {exc}") from exc
+
+
+def _span_messages(span: Span) -> Iterator[Message]:
+    """The consumed messages of ``span``, from the batch it was handed from."""
+    tracker = span.tracker
+    for msg in span.source or ():
+        offset = msg.offset()
+        if (
+            offset is not None
+            and span.first <= offset < span.end
+            and msg.error() is None
+            and msg.partition() == tracker.partition
+            and msg.topic() == tracker.topic
+        ):
+            yield msg
+
+
+def _provenance_of(headers: Sequence[tuple[str, Any]] | None) -> tuple[str, int, int] | None:
+    """(source topic, partition, offset) from the mirror's provenance headers, if all there."""
+    found: dict[str, Any] = {}
+    for name, value in headers or ():
+        found[name] = value  # the last of each: the mirror's own
+    try:
+        topic = found[HEADER_SOURCE_TOPIC]
+        partition = int(found[HEADER_SOURCE_PARTITION])
+        offset = int(found[HEADER_SOURCE_OFFSET])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (topic.decode() if isinstance(topic, bytes) else str(topic)), partition, offset
 
 
 def _describe(err: KafkaError) -> str:
