@@ -4,20 +4,21 @@ The reference is the loop a user would write with confluent-kafka: consume a bat
 each message (key, value, headers, timestamp) with a plain Producer, poll, and every
 ``WINDOW`` messages flush and commit synchronously. It checks no delivery outcome, so it is
 the cheapest possible at-least-once-ish loop. The mirror runs with its defaults (provenance
-headers on, max in flight ``WINDOW``, so the same duplicate exposure) through the failover
-producer, with a delivery callback per message and per-partition commit tracking.
+headers on, the fast lane on, max in flight ``WINDOW``, so the same duplicate exposure)
+through the failover producer, with per-partition commit tracking.
 
 Both copy the same backlog of ``N`` 100-byte messages (6 partitions, half keyed) from a source
 cluster to a target cluster, one after the other in the same run, each with its own consumer
-group. Time runs from the first consumed message (group joins are not counted) until every
-message is delivered and committed. Done on two pairs of clusters: librdkafka's mock (C; the
-client-side cost alone) and minibroker (each cluster in a process of its own, RF=3,
-acks=all). Both loops run with the garbage-collector settings ``failover-mirror`` uses
-(``tune_gc()``); a third figure repeats the mirror and the bare loop with Python's defaults.
-A fourth compares the mirror with the bare loop made to learn each message's outcome (a
-delivery callback) and to add the same three provenance headers: not the issue's reference,
-but it shows what the mirror costs beyond what any mirror that commits only delivered messages,
-with provenance, must pay.
+group. Time runs from the first consumed message (group joins are not counted) until the
+commit that covers the last message returns (every message is delivered by then). Done on two
+pairs of clusters: librdkafka's mock (C; the client-side cost alone) and minibroker (each
+cluster in a process of its own, RF=3, acks=all). Both loops run with the garbage-collector
+settings ``failover-mirror`` uses (``tune_gc()``). Further figures: the mirror without
+provenance headers (it then writes what the bare loop writes), without the fast lane (a
+delivery report per message), with Python's default GC settings, and against the bare loop
+made to learn each message's outcome (a delivery callback) and to add the same three
+provenance headers (not the issue's reference: it shows what the mirror costs beyond what any
+mirror that commits only delivered messages, with provenance, must pay).
 """
 
 from __future__ import annotations
@@ -90,16 +91,23 @@ def _fill(bootstrap: str, count: int) -> int:
 
 
 class _FirstMessageClock:
-    """Wraps a consumer; remembers when the first message came back."""
+    """Wraps a consumer; remembers when the first message came back and when the latest
+    commit returned (the mirror's last one ends the run, as the bare loop's does)."""
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
         self.first: float | None = None
+        self.last_commit: float | None = None
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         out = self._consumer.consume(num_messages, timeout)
         if out and self.first is None:
             self.first = time.perf_counter()
+        return out
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._consumer.commit(*args, **kwargs)
+        self.last_commit = time.perf_counter()
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -189,6 +197,7 @@ def _mirror(
     producer_options: dict[str, Any],
     *,
     provenance: bool = True,
+    fast_lane: bool = True,
 ) -> float:
     clocks: list[_FirstMessageClock] = []
     finished: list[float] = []
@@ -208,15 +217,20 @@ def _mirror(
         status_interval_s=0.02,
         max_in_flight=WINDOW,
         provenance_headers=provenance,
+        fast_lane=fast_lane,
     )
-    mirror = Mirror(options, consumer_factory=consumer, producer_factory=producer)
+    mirror = Mirror(
+        options, consumer_factory=consumer, producer_factory=producer, lane_factory=Producer
+    )
 
     progress = [0, time.monotonic()]  # delivered count, when it last moved
     stalled: list[str] = []
 
     def on_status(status: MirrorStatus) -> None:
         if not finished and status.delivered >= count and status.uncommitted == 0:
-            finished.append(time.perf_counter())
+            # Everything is delivered and committed: the run ended with the commit that made
+            # it so, not when this status came (the mirror may have waited in a poll since).
+            finished.append(clocks[0].last_commit or time.perf_counter())
             mirror.stop()
         elif status.delivered != progress[0]:
             progress[:] = [status.delivered, time.monotonic()]
@@ -275,6 +289,7 @@ def _compare(
         "bare-outcomes": [],
         "mirror": [],
         "mirror-no-headers": [],
+        "mirror-no-lane": [],
         "bare-default-gc": [],
         "mirror-default-gc": [],
     }
@@ -291,6 +306,10 @@ def _compare(
                 (
                     "mirror-no-headers",
                     lambda g: _mirror(source, target, count, g, producer_options, provenance=False),
+                ),
+                (
+                    "mirror-no-lane",
+                    lambda g: _mirror(source, target, count, g, producer_options, fast_lane=False),
                 ),
             ]
             # Alternate the order so neither side always runs on a warmer cluster.
@@ -316,6 +335,7 @@ def run(quick: bool) -> list[Figure]:
         for variant, label, reference, against in (
             ("mirror", "mirror", "bare", "bare loop"),
             ("mirror-no-headers", "mirror --no-provenance-headers", "bare", "bare loop"),
+            ("mirror-no-lane", "mirror --no-fast-lane", "bare", "bare loop"),
             ("mirror-default-gc", "mirror, default GC settings", "bare-default-gc", "bare loop"),
             # Not the issue's reference: what the mirror costs beyond the price of learning
             # each outcome and carrying provenance, which any mirror committing only what was

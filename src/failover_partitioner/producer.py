@@ -82,6 +82,7 @@ from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, Partit
 from failover_partitioner.errors import (
     BatchRefused,
     ConfigError,
+    ErrorClass,
     FailoverError,
     MetadataUnavailable,
     NoUsablePartition,
@@ -1040,11 +1041,7 @@ class FailoverProducer:
         partition = msg.partition() if msg is not None else rec._partition
         if partition is None or partition < 0:
             partition = rec._partition
-        topic = rec._m[0]
-        if ec.quarantine and partition >= 0:
-            self._quarantine(topic, partition, refresh=ec.refresh_metadata)
-        elif ec.refresh_metadata:
-            self._meta.request_refresh(topic)
+        self._heed(rec._m[0], partition, ec)
         if ec.possibly_persisted:
             rec._dup = True
             self._ambiguous += 1
@@ -1058,6 +1055,13 @@ class FailoverProducer:
         ):
             self._attention = True
             self._attention_at = 0.0
+
+    def _heed(self, topic: str, partition: int, ec: ErrorClass) -> None:
+        """What a failure says of its partition: quarantine it, or look at the metadata again."""
+        if ec.quarantine and partition >= 0:
+            self._quarantine(topic, partition, refresh=ec.refresh_metadata)
+        elif ec.refresh_metadata:
+            self._meta.request_refresh(topic)
 
     def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
         rec = entry.item
@@ -1342,6 +1346,23 @@ class FailoverProducer:
             self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
             state = self._topics[topic]
         return state.view
+
+    def whole(self, topic: str) -> bool:
+        """True while every partition of ``topic`` is usable in the producer's latest view
+        (a leader, ISR at least min.insync.replicas, not quarantined); False for a topic it has
+        not produced to yet. For a caller that lets another client place messages while
+        nothing needs routing around (the mirror's fast lane)."""
+        chooser = self._choosers.get(topic)
+        if chooser is None:
+            return False
+        view = chooser.view
+        return 0 < len(view.usable) == view.num_partitions
+
+    def report_failure(self, topic: str, partition: int, err: confluent_kafka.KafkaError) -> None:
+        """Take a delivery failure that another client saw, to ``topic`` [``partition``], into
+        the health model as if it were the producer's own: the partition is quarantined, or the
+        metadata fetched again, as the error calls for. The message itself is the caller's."""
+        self._heed(topic, partition, classify(err.code(), err.name()))
 
     def metadata_age_s(self, topic: str) -> float | None:
         """Seconds since ``topic``'s metadata was fetched, or None if it never was."""

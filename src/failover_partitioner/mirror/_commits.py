@@ -55,6 +55,7 @@ class Span(DeliveryGroup):
         "end",
         "failed",
         "first",
+        "lane",
         "on_outcome",
         "open",
         "pending",
@@ -72,6 +73,9 @@ class Span(DeliveryGroup):
         self.end = first
         self.count = 0
         self.pending = 1
+        # Of those, messages sent on a client that reports failures only: their deliveries
+        # are counted when that client has none left (see delivered_many).
+        self.lane = 0
         self.open = True
         self.failed: int | None = None
         # Its messages without an outcome were handed back (see PartitionTracker.handed_back).
@@ -86,6 +90,18 @@ class Span(DeliveryGroup):
         tracker = self.tracker
         if tracker.dropped:
             tracker._abandoned_one()  # of a revoked partition: counted back, not committed
+        elif not self.pending:
+            tracker._span_done()
+
+    def delivered_many(self, n: int) -> None:
+        """``n`` messages have their final outcome: ``delivered()`` ``n`` times, in one step."""
+        if n <= 0:
+            return
+        self.pending -= n
+        tracker = self.tracker
+        if tracker.dropped:
+            for _ in range(n):
+                tracker._abandoned_one()
         elif not self.pending:
             tracker._span_done()
 

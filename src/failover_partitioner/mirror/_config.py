@@ -223,6 +223,9 @@ class MirrorOptions:
     """Bound on messages consumed and not yet committed (so also on messages in the producer)."""
     dead_letter_topic: str | None = None
     provenance_headers: bool = True
+    fast_lane: bool = True
+    """While every partition of a target topic is usable, send on a second client that reports
+    failures only, and learn deliveries in bulk (see docs/mirror.md, "Fast lane")."""
     commit_interval_s: float = 5.0
     status_interval_s: float = 10.0
     drain_timeout_s: float = 30.0
@@ -303,6 +306,7 @@ class MirrorOptions:
             ("consumer_config", (Mapping, type(None)), "a dict of settings"),
             ("producer_config", (Mapping, type(None)), "a dict of settings"),
             ("provenance_headers", (bool,), "True or False"),
+            ("fast_lane", (bool,), "True or False"),
         ):
             value = getattr(self, name)
             if not isinstance(value, kinds):

@@ -42,11 +42,12 @@ from confluent_kafka import (
 from prometheus_client.registry import CollectorRegistry
 
 from failover_partitioner._message import DeliveryReport
-from failover_partitioner.errors import ConfigError, ProduceTimeout
+from failover_partitioner.errors import ConfigError, FailoverError, ProduceTimeout
 
 from ._commits import CommitLedger, Span
 from ._config import MirrorOptions
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
+from ._lane import FastLane, LaneFailure, lane_config
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
 
 __all__ = [
@@ -122,8 +123,22 @@ class ProducerLike(Protocol):
     def close(self, timeout: float | None = ...) -> Sequence[object]: ...
 
 
+class LaneProducer(ProducerLike, Protocol):
+    """What the fast lane needs of the producer besides (see ``_lane.py``): the failover
+    producer's view of a topic's health, and a way to tell it of a failure seen elsewhere."""
+
+    def whole(self, topic: str) -> bool: ...
+    def health(self, topic: str, timeout: float | None = ...) -> object: ...
+    def report_failure(self, topic: str, partition: int, err: KafkaError) -> None: ...
+    def flush(self, timeout: float | None = ...) -> int: ...
+
+
 ConsumerFactory = Callable[[dict[str, str]], ConsumerLike]
 ProducerFactory = Callable[[dict[str, str]], ProducerLike]
+LaneFactory = Callable[[dict[str, Any]], Any]
+
+# While a target topic is not whole, the fast lane is off; this often it looks again.
+_LANE_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,7 +158,11 @@ class Mirror:
     :class:`MessageFailedError` after committing up to a message that finally failed.
 
     ``consumer_factory`` and ``producer_factory`` build the clients from their config dicts
-    (defaults: ``confluent_kafka.Consumer`` and the failover producer).
+    (defaults: ``confluent_kafka.Consumer`` and the failover producer). ``lane_factory`` builds
+    the fast lane's client (``confluent_kafka.Producer`` by default, when the producer is the
+    default one too; with a producer factory of your own, pass one to have the lane); the lane
+    runs only with ``options.fast_lane`` and a producer that has the failover producer's
+    ``whole``, ``health``, ``report_failure`` and ``flush``.
     """
 
     def __init__(
@@ -153,6 +172,7 @@ class Mirror:
         metrics_registry: CollectorRegistry | None = None,
         consumer_factory: ConsumerFactory | None = None,
         producer_factory: ProducerFactory | None = None,
+        lane_factory: LaneFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._options = options
@@ -162,6 +182,15 @@ class Mirror:
         self._producer_factory = producer_factory or partial(
             _default_producer, max_in_flight=options.max_in_flight, registry=metrics_registry
         )
+        if lane_factory is None and producer_factory is None:
+            lane_factory = _default_lane
+        self._lane_factory = lane_factory if options.fast_lane else None
+        self._lane: FastLane | None = None
+        # The lane takes messages only while on: off from the moment a target topic is not
+        # whole until every target topic is again and the failover producer has nothing out.
+        self._lane_on = False
+        self._lane_retry_at = 0.0
+        self._targets: set[str] = set()
         self._clock = clock
         self._ledger = CommitLedger()
         self._failures: deque[_Failure] = deque()
@@ -220,8 +249,11 @@ class Mirror:
         self._consumer = _build("source consumer", self._consumer_factory, opts.consumer_config)
         try:
             self._producer = _build("target producer", self._producer_factory, opts.producer_config)
+            self._start_lane()
         except BaseException:
             self._consumer.close()
+            if self._producer is not None:
+                self._producer.close(0)
             raise
         logger.info(
             "mirroring %s -> %s, group %r, include %r exclude %r rename %r, max in flight %d",
@@ -305,6 +337,7 @@ class Mirror:
             self._step()
             now = clock()
             if now >= next_commit:
+                self._settle_lane()
                 self._commit(None, reason="periodic")
                 next_commit = now + opts.commit_interval_s
             if now >= next_publish:
@@ -327,6 +360,15 @@ class Mirror:
                 return
         opts = self._options
         window, in_flight = self._ledger.counts()
+        lane = self._lane
+        if lane is not None:
+            if lane.spans and opts.max_in_flight - window < opts.poll_batch:
+                # The next batch would not fit: learn the lane's deliveries (until then its
+                # messages count as in flight), as a loop that commits after flush() does.
+                self._settle_lane()
+                window, in_flight = self._ledger.counts()
+            elif not self._lane_on and self._clock() >= self._lane_retry_at:
+                self._lane_try_on()
         if window - in_flight >= self._commit_every:
             # Delivered, uncommitted messages fill a quarter of the window: a commit frees it
             # (no round trip when their prefix is still blocked by an in-flight message).
@@ -348,9 +390,10 @@ class Mirror:
         batch = consumer.consume(min(room, opts.poll_batch), timeout)
         if batch:
             self._hand_batch(batch)
-        elif window > in_flight:
+        elif window > in_flight or (lane is not None and lane.spans):
             # Caught up with the source: commit what is delivered now rather than at the next
             # interval (a restart then repeats nothing; no round trip if nothing advanced).
+            self._settle_lane()
             producer.poll(0)
             self._commit(None, reason="idle")
 
@@ -363,6 +406,9 @@ class Mirror:
         # counts down without a report per message. Counters move once per run; deliveries
         # are counted from the trackers (see _delivered_by_topic).
         produce = producer.produce
+        lane = self._lane
+        lane_produce = lane.produce if lane is not None else None
+        lane_cb: Callable[[KafkaError, Message], None] | None = None
         get_tracker = self._ledger.get
         provenance = self._options.provenance_headers
         on_outcome = self._on_outcome
@@ -400,6 +446,13 @@ class Mirror:
                     target = self._router.target(topic)
                     if provenance:
                         prefix = self._provenance_prefix(topic, partition)
+                    lane_cb = None
+                    if span is not None and self._lane_on:
+                        if self._whole(target):
+                            assert lane is not None
+                            lane_cb = lane.follow(span)
+                        else:
+                            self._lane_off(target)
                 if span is None:
                     continue  # revoked while the batch was out; the new owner reads it again
                 # A consumed message's headers are always a list of pairs, never the dict form.
@@ -413,6 +466,25 @@ class Mirror:
                         headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 ts_type, ts = msg.timestamp()
                 span.pending += 1
+                if lane_cb is not None:
+                    try:
+                        lane_produce(  # type: ignore[misc]  # set with lane_cb
+                            target,
+                            msg.value(),
+                            msg.key(),
+                            -1,  # the client's partitioner places it
+                            lane_cb,
+                            None,
+                            ts if ts_type != TIMESTAMP_NOT_AVAILABLE else 0,
+                            headers,
+                        )
+                    except Exception:
+                        pass  # not taken (queue full, or refused): the failover producer tries
+                    else:
+                        span.lane += 1
+                        count += 1
+                        end = offset + 1
+                        continue
                 try:
                     produce(
                         target,
@@ -469,6 +541,173 @@ class Mirror:
             except (BufferError, ProduceTimeout):
                 continue
         return False
+
+    # -- the fast lane (see _lane.py) -------------------------------------------------------
+
+    def _start_lane(self) -> None:
+        factory = self._lane_factory
+        producer = self._producer
+        if factory is None or not all(
+            hasattr(producer, name) for name in ("whole", "health", "report_failure", "flush")
+        ):
+            return
+        self._lane = FastLane(
+            _build("fast lane producer", factory, lane_config(self._options.producer_config))
+        )
+        self._lane_on = True
+
+    def _lane_producer(self) -> LaneProducer:
+        producer = self._producer
+        assert producer is not None
+        return producer  # type: ignore[return-value]  # checked in _start_lane
+
+    def _whole(self, target: str) -> bool:
+        """Whether every partition of ``target`` is usable (the lane may take its messages)."""
+        producer = self._lane_producer()
+        if producer.whole(target):
+            return True
+        if target not in self._targets:
+            # Not produced to yet: fetch its metadata now, so the lane takes it from the start.
+            self._targets.add(target)
+            try:
+                producer.health(target)
+            except (FailoverError, KafkaException) as exc:
+                logger.debug("no metadata for target topic %r yet: %s", target, exc)
+                return False
+            return producer.whole(target)
+        return False
+
+    def _lane_off(self, target: str) -> None:
+        """``target`` needs routing around: the lane's messages settle first (so that a key's
+        earlier messages land before its later ones take the failover producer), then every
+        message takes the failover producer until all target topics are whole again."""
+        logger.info(
+            "target topic %r has a partition not usable: every message goes through the "
+            "failover producer until all target topics are whole again",
+            target,
+        )
+        self._lane_on = False
+        self._lane_retry_at = self._clock() + _LANE_RETRY_S
+        self._settle_lane()
+
+    def _lane_try_on(self) -> None:
+        """Back to the lane once every target topic is whole and the failover producer has
+        delivered what it holds (a key's earlier messages land first)."""
+        self._lane_retry_at = self._clock() + _LANE_RETRY_S
+        producer = self._lane_producer()
+        if not all(producer.whole(t) for t in self._targets):
+            return
+        if producer.flush(_LANE_RETRY_S) == 0:
+            self._handle_failures()
+            self._lane_on = True
+            logger.info("every target topic is whole: the fast lane is on again")
+
+    def _settle_lane(self) -> None:
+        """Wait until the lane holds no message, then count its deliveries and send its
+        failures again through the failover producer. Bounded by the lane client's
+        message.timeout.ms (every message has an outcome by then); a stop request leaves the
+        rest to the shutdown."""
+        lane = self._lane
+        if lane is None or not lane.spans:
+            return
+        producer = self._producer
+        assert producer is not None
+        while not lane.settle(1.0, partial(producer.poll, 0)):
+            if self._stop_requested:
+                return
+        self._lane_outcomes(resend=True)
+
+    def _lane_outcomes(self, *, resend: bool) -> None:
+        """The lane is settled: every message it took without a failure report was delivered.
+        Failures are sent again (``resend``), or handed back (the mirror is stopping)."""
+        lane = self._lane
+        assert lane is not None
+        spans, failed = lane.take()
+        by_span: dict[Span, list[LaneFailure]] = {}
+        for failure in failed:
+            by_span.setdefault(failure[0], []).append(failure)
+        for span in spans:
+            fails = by_span.get(span, [])
+            delivered = span.lane - len(fails)
+            span.lane = 0
+            if fails:
+                self._lane_failed(span, fails, resend=resend)
+            span.delivered_many(delivered)
+
+    def _lane_failed(self, span: Span, fails: list[LaneFailure], *, resend: bool) -> None:
+        """Send the span's messages the lane failed to deliver again through the failover
+        producer, found by key and value (the lane's reports carry no headers). Equal messages
+        cannot be told apart: all of them go again (duplicates, never a loss)."""
+        tracker = span.tracker
+        if tracker.dropped:
+            span.delivered_many(len(fails))  # counted back as abandoned
+            return
+        target = self._router.target(tracker.topic)
+        producer = self._lane_producer()
+        unsent: dict[tuple[object, object], list[Message]] = {}
+        for m in _span_messages(span):
+            unsent.setdefault((m.key(), m.value()), []).append(m)
+        sent: set[tuple[object, object]] = set()
+        handed_back: list[int] = []
+        for _, err, report in fails:
+            partition = report.partition()
+            if resend and partition is not None and partition >= 0:
+                producer.report_failure(target, partition, err)
+            what = (report.key(), report.value())
+            again = unsent.pop(what, None)
+            if again is None and what not in sent:
+                # No message of the span has this key and value: send all not yet sent again.
+                again = [m for ms in unsent.values() for m in ms]
+                unsent.clear()
+            sent.add(what)
+            if not again:
+                span.delivered()  # an equal message was sent again for it already
+                continue
+            if not resend:
+                handed_back.extend(m.offset() for m in again)  # type: ignore[misc]
+                continue
+            span.pending += len(again) - 1  # one takes the failed message's place
+            for m in again:
+                self._resend(span, m, target)
+        if handed_back:
+            tracker.handed_back(span, handed_back)
+
+    def _resend(self, span: Span, msg: Message, target: str) -> None:
+        """Send ``msg`` of ``span`` again through the failover producer (it failed on the
+        lane); its outcome comes to the span as any other."""
+        producer = self._producer
+        assert producer is not None
+        tracker = span.tracker
+        headers = self._headers_for(msg, tracker.topic, tracker.partition)
+        ts_type, ts = msg.timestamp()
+        self._rerouted[tracker.topic] = self._rerouted.get(tracker.topic, 0) + 1
+        try:
+            producer.produce(
+                target,
+                msg.value(),
+                msg.key(),
+                headers,
+                span,
+                ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+            )
+        except (BufferError, ProduceTimeout):
+            if not self._produce_when_room(target, msg, headers, span, ts_type, ts):
+                # Stopping before the producer took it: not delivered, so never committed.
+                tracker.handed_back(span, [msg.offset()])  # type: ignore[list-item]
+                span.delivered()
+        except (KafkaException, ValueError, TypeError) as exc:
+            self._failures.append(
+                _Failure(span=span, source=msg, target_topic=target, error=str(exc))
+            )
+
+    def _headers_for(self, msg: Message, topic: str, partition: int) -> Headers:
+        """A consumed message's headers as the mirror sends them (provenance added if on)."""
+        headers: Headers = list(msg.headers() or [])  # type: ignore[arg-type]  # list form
+        if self._options.provenance_headers:
+            offset = msg.offset()
+            assert offset is not None
+            headers += self._provenance(topic, partition, offset)
+        return headers
 
     def _provenance_prefix(self, topic: str, partition: int) -> Headers:
         prefix = self._provenance_prefixes.get((topic, partition))
@@ -780,8 +1019,20 @@ class Mirror:
                     pending += tracker.in_flight
             if not pending:
                 return
-            producer.poll(0.05)
+            self._wait_a_little()
             self._handle_failures()
+
+    def _wait_a_little(self) -> None:
+        """Serve outcomes for up to 50 ms: the lane's (settling it) and the producer's."""
+        producer = self._producer
+        assert producer is not None
+        lane = self._lane
+        if lane is not None and lane.spans:
+            if lane.settle(0.05, partial(producer.poll, 0)):
+                self._lane_outcomes(resend=True)
+            producer.poll(0)
+        else:
+            producer.poll(0.05)
 
     def _set_paused(self, paused: bool) -> None:
         consumer = self._consumer
@@ -863,8 +1114,14 @@ class Mirror:
             if producer is not None:
                 deadline = self._clock() + self._options.drain_timeout_s
                 while self._ledger.in_flight and self._clock() < deadline and not self._hurry:
-                    producer.poll(0.05)
+                    self._wait_a_little()
                     self._handle_failures()
+                lane = self._lane
+                if lane is not None and lane.spans:
+                    # Not settled in time: what the lane still holds is given up and handed
+                    # back (not committed); the reports tell which messages those are.
+                    lane.purge()
+                    self._lane_outcomes(resend=False)
                 if self._ledger.in_flight:
                     # Whatever is not delivered by now is handed back (uncommitted); what comes
                     # back tells which messages of each unfinished span were delivered.
@@ -906,8 +1163,10 @@ class Mirror:
             if found is not None:
                 back[found[0]].append(found[1].offset())  # type: ignore[arg-type]
         for span, offsets in back.items():
-            # A span none of whose messages could be told commits up to its first offset.
-            span.tracker.handed_back(span, offsets if offsets else [span.first])
+            if offsets or not span.settled:
+                # A span none of whose messages could be told commits up to its first offset
+                # (unless the lane's purge told which of its messages were not delivered).
+                span.tracker.handed_back(span, offsets if offsets else [span.first])
 
     # -- reporting -----------------------------------------------------------------------
 
@@ -959,7 +1218,7 @@ class Mirror:
         )
 
 
-def _build(what: str, factory: Callable[[dict[str, str]], _T], conf: Mapping[str, str]) -> _T:
+def _build(what: str, factory: Callable[[dict[str, Any]], _T], conf: Mapping[str, Any]) -> _T:
     """Build a client; a setting it rejects is a configuration error, named as such."""
     try:
         return factory(dict(conf))
@@ -1016,6 +1275,12 @@ def _default_consumer(conf: dict[str, str]) -> ConsumerLike:
 
     consumer: ConsumerLike = Consumer(conf)
     return consumer
+
+
+def _default_lane(conf: dict[str, Any]) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer(conf)
 
 
 def _default_producer(

@@ -84,6 +84,14 @@ def _parser() -> argparse.ArgumentParser:
         help="do not add mirror.source.topic/partition/offset headers",
     )
     ap.add_argument(
+        "--no-fast-lane",
+        dest="fast_lane",
+        action="store_false",
+        help="hear of every delivery from the failover producer instead of learning deliveries "
+        "in bulk on a second client while the target topics are healthy (slower; see "
+        "docs/mirror.md)",
+    )
+    ap.add_argument(
         "--commit-interval",
         type=float,
         default=5.0,
@@ -145,6 +153,7 @@ def _options(args: argparse.Namespace) -> MirrorOptions:
         max_in_flight=args.max_in_flight,
         dead_letter_topic=args.dead_letter_topic,
         provenance_headers=args.provenance_headers,
+        fast_lane=args.fast_lane,
         commit_interval_s=args.commit_interval,
         drain_timeout_s=args.drain_timeout,
         topic_refresh_interval_s=args.topic_refresh_interval,
