@@ -16,8 +16,8 @@ cluster in a process of its own, RF=3, acks=all). Both loops run with the garbag
 settings ``failover-mirror`` uses (``tune_gc()``). Further figures: the mirror without
 provenance headers (it then writes what the bare loop writes), without the fast lane (a
 delivery report per message), with Python's default GC settings, and against the bare loop
-made to learn each message's outcome (a delivery callback) and to add the same three
-provenance headers (not the issue's reference: it shows what the mirror costs beyond what any
+made to learn each message's outcome (a delivery callback) and to add the same provenance
+header (not the issue's reference: it shows what the mirror costs beyond what any
 mirror that commits only delivered messages, with provenance, must pay).
 """
 
@@ -33,9 +33,7 @@ from typing import Any
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from failover_partitioner.mirror import (
-    HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_PARTITION,
-    HEADER_SOURCE_TOPIC,
+    HEADER_SOURCE,
     Mirror,
     MirrorOptions,
     MirrorStatus,
@@ -165,9 +163,7 @@ def _bare_loop(
             if outcomes:
                 headers = [
                     *(headers or ()),
-                    (HEADER_SOURCE_TOPIC, b"bench"),
-                    (HEADER_SOURCE_PARTITION, b"%d" % (m.partition() or 0)),
-                    (HEADER_SOURCE_OFFSET, b"%d" % (m.offset() or 0)),
+                    (HEADER_SOURCE, b"bench/%d/%d" % (m.partition() or 0, m.offset() or 0)),
                 ]
             try:
                 produce(TOPIC, m.value(), m.key(), headers=headers, timestamp=m.timestamp()[1])

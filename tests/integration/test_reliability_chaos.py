@@ -42,8 +42,7 @@ from failover_partitioner import (
 )
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.mirror import (
-    HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE,
     Mirror,
     MirrorOptions,
     MirrorStatus,
@@ -378,9 +377,9 @@ def run_chaos(seed: int, seconds: float) -> Figures:
 
     # Target: every source record, by provenance, and only source values.
     def origin(r: Record) -> tuple[int, int]:
-        p, o = r.header(HEADER_SOURCE_PARTITION), r.header(HEADER_SOURCE_OFFSET)
-        assert p is not None, r
-        assert o is not None, r
+        source = r.header(HEADER_SOURCE)  # b"topic/partition/offset"
+        assert source is not None, r
+        _, p, o = source.rsplit(b"/", 2)
         return int(p), int(o)
 
     copies = Counter(origin(r) for r in target)

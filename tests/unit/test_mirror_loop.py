@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from failover_partitioner import DeliveryReport
 from failover_partitioner.mirror import (
+    HEADER_SOURCE,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_TOPIC,
@@ -295,6 +296,113 @@ class FakeProducer:
         return left
 
 
+class FakeFailoverProducer(FakeProducer):
+    """A FakeProducer with what the fast lane asks of the failover producer."""
+
+    def __init__(
+        self, *args: Any, whole: Callable[[str], bool] = lambda t: True, **kw: Any
+    ) -> None:
+        super().__init__(*args, **kw)
+        self.is_whole = whole
+        self.reported: list[tuple[str, int, int]] = []
+
+    def whole(self, topic: str) -> bool:
+        return self.is_whole(topic)
+
+    def health(self, topic: str, timeout: float | None = None) -> None:
+        self.guard.check("health")
+
+    def report_failure(self, topic: str, partition: int, err: KafkaError) -> None:
+        self.reported.append((topic, partition, err.code()))
+
+    def flush(self, timeout: float | None = None) -> int:
+        self.guard.check("flush")
+        deadline = self.clock() + (30.0 if timeout is None else timeout)
+        while self.pending and self.clock() < deadline:
+            self.poll(0.01)
+        return len(self.pending)
+
+
+class FakeLane:
+    """The fast lane's client: delivers what it holds on flush (but what ``hold`` keeps), and
+    reports failures only, with the client's report (no headers)."""
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        guard: Guard,
+        *,
+        fail: Callable[[Produced], KafkaError | None] = lambda m: None,
+        hold: Callable[[Produced], bool] = lambda m: False,
+    ) -> None:
+        self.clock = clock
+        self.guard = guard
+        self.fail = fail
+        self.hold = hold
+        self.pending: list[tuple[Produced, int]] = []
+        self.reports: list[tuple[Produced, KafkaError, int]] = []
+        self.target: list[Produced] = []
+        self.settles = 0
+
+    def produce(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int,
+        on_delivery: Any,
+        callback: Any,
+        timestamp: int,
+        headers: Any,
+    ) -> None:
+        self.guard.check("lane produce")
+        assert partition == -1
+        assert callback is None
+        m = Produced(topic, value, key, headers, timestamp or None, on_delivery)
+        self.pending.append((m, 0 if key is None else hash(key) % 3))
+
+    def flush(self, timeout: float = -1) -> int:
+        self.guard.check("lane flush")
+        kept = []
+        for m, partition in self.pending:
+            if self.hold(m):
+                kept.append((m, partition))
+                continue
+            err = self.fail(m)
+            if err is None:
+                self.target.append(m)
+            else:
+                self.reports.append((m, err, partition))
+        self.pending = kept
+        self._serve()
+        if kept:
+            self.clock.sleep(max(timeout, 0.01))
+            return len(kept)
+        self.settles += 1
+        return 0
+
+    def _serve(self) -> None:
+        reports, self.reports = self.reports, []
+        for m, err, partition in reports:
+            assert not isinstance(m.key, str)  # the mirror sends what it consumed: bytes
+            assert not isinstance(m.value, str)
+            report = Message(topic=m.topic, partition=partition, key=m.key, value=m.value)
+            callback: Callable[[KafkaError, Message], None] = m.callback  # type: ignore[assignment]
+            self.guard.in_callback = True
+            try:
+                callback(err, report)
+            finally:
+                self.guard.in_callback = False
+
+    def purge(self, in_queue: bool, in_flight: bool, blocking: bool) -> None:
+        purged = KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue")
+        self.reports += [(m, purged, partition) for m, partition in self.pending]
+        self.pending = []
+
+    def __len__(self) -> int:
+        return len(self.pending) + len(self.reports)
+
+
 @dataclass
 class Rig:
     source: FakeSource
@@ -302,14 +410,17 @@ class Rig:
     guard: Guard = field(default_factory=Guard)
     consumers: list[FakeConsumer] = field(default_factory=list)
     producers: list[FakeProducer] = field(default_factory=list)
+    lanes: list[FakeLane] = field(default_factory=list)
     after_poll: Callable[[], None] | None = None
 
     def mirror(
         self,
         producer_kw: dict[str, Any] | None = None,
         registry: CollectorRegistry | None = None,
+        lane_kw: dict[str, Any] | None = None,
         **opts: Any,
     ) -> Mirror:
+        """A mirror on fake clients; with ``lane_kw``, with a fast lane (``FakeLane``)."""
         options = MirrorOptions(
             source_bootstrap="src:9092",
             target_bootstrap="dst:9092",
@@ -326,21 +437,32 @@ class Rig:
             return c
 
         def producer(conf: dict[str, str]) -> FakeProducer:
-            p = FakeProducer(self.clock, self.guard, **(producer_kw or {}))
+            kind = FakeProducer if lane_kw is None else FakeFailoverProducer
+            p = kind(self.clock, self.guard, **(producer_kw or {}))
             p.after_poll = self.after_poll
             self.producers.append(p)
             return p
+
+        def lane(conf: dict[str, Any]) -> FakeLane:
+            assert conf["delivery.report.only.error"] is True
+            assert conf["partitioner"] == "murmur2_random"
+            fake = FakeLane(self.clock, self.guard, **(lane_kw or {}))
+            self.lanes.append(fake)
+            return fake
 
         return Mirror(
             options,
             consumer_factory=consumer,
             producer_factory=producer,
+            lane_factory=None if lane_kw is None else lane,
             clock=self.clock,
             metrics_registry=registry,
         )
 
     def target(self) -> list[Produced]:
-        return [m for p in self.producers for m in p.target]
+        return [m for p in self.producers for m in p.target] + [
+            m for lane in self.lanes for m in lane.target
+        ]
 
 
 def run_until(
@@ -367,11 +489,14 @@ def all_delivered(n: int) -> Callable[[MirrorStatus], bool]:
     return lambda s: s.delivered + s.dead_lettered >= n
 
 
-def test_every_message_arrives_with_its_data_and_the_group_commits_the_end() -> None:
+@pytest.mark.parametrize("provenance_format", ["compact", "separate"])
+def test_every_message_arrives_with_its_data_and_the_group_commits_the_end(
+    provenance_format: str,
+) -> None:
     source = FakeSource()
     source.add_topic("orders", 3, 200)
     rig = Rig(source)
-    final = run_until(rig.mirror(), all_delivered(600))
+    final = run_until(rig.mirror(provenance_format=provenance_format), all_delivered(600))
 
     assert final.state == "stopped"
     target = rig.target()
@@ -388,11 +513,16 @@ def test_every_message_arrives_with_its_data_and_the_group_commits_the_end() -> 
             assert out.timestamp == src.timestamp()[1]
             headers = out.headers or []
             assert headers[: len(src.headers() or [])] == (src.headers() or [])
-            assert headers[len(src.headers() or []) :] == [
-                (HEADER_SOURCE_TOPIC, b"orders"),
-                (HEADER_SOURCE_PARTITION, str(src.partition()).encode()),
-                (HEADER_SOURCE_OFFSET, str(src.offset()).encode()),
-            ]
+            if provenance_format == "compact":
+                assert headers[len(src.headers() or []) :] == [
+                    (HEADER_SOURCE, f"orders/{src.partition()}/{src.offset()}".encode())
+                ]
+            else:
+                assert headers[len(src.headers() or []) :] == [
+                    (HEADER_SOURCE_TOPIC, b"orders"),
+                    (HEADER_SOURCE_PARTITION, str(src.partition()).encode()),
+                    (HEADER_SOURCE_OFFSET, str(src.offset()).encode()),
+                ]
     assert rig.consumers[0].closed
     assert rig.producers[0].closed
 
@@ -509,7 +639,7 @@ def test_dead_letter_topic_takes_the_failed_message_and_the_mirror_goes_on() -> 
     dlq = [m for m in rig.target() if m.topic == "t.dlq"]
     assert len(dlq) == 1
     headers = dict(dlq[0].headers or [])
-    assert headers[HEADER_SOURCE_OFFSET] == b"7"
+    assert headers[HEADER_SOURCE] == b"t/1/7"
     assert b"MSG_SIZE_TOO_LARGE" in headers["mirror.error"]
     assert source.committed == {("t", 0): 50, ("t", 1): 50}
 
@@ -770,3 +900,172 @@ def test_a_restart_in_the_same_process_reuses_the_metrics_registry() -> None:
 
     run_until(second, done)
     assert source.committed[("t", 0)] == 30
+
+
+# -- the fast lane --------------------------------------------------------------------------
+
+
+def origins(target: list[Produced]) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of each copy, from its compact provenance header."""
+    out = []
+    for m in target:
+        value = dict(m.headers or [])[HEADER_SOURCE]
+        topic, partition, offset = value.decode().rsplit("/", 2)
+        out.append((topic, int(partition), int(offset)))
+    return out
+
+
+def test_fast_lane_carries_everything_and_learns_deliveries_in_bulk() -> None:
+    source = FakeSource()
+    source.add_topic("orders", 3, 200)
+    rig = Rig(source)
+    final = run_until(rig.mirror(lane_kw={}, max_in_flight=100), all_delivered(600))
+
+    assert final.state == "stopped"
+    lane = rig.lanes[0]
+    assert rig.producers[0].target == []  # nothing needed routing around
+    assert len(lane.target) == 600
+    assert lane.settles >= 6  # 600 messages through a window of 100
+    assert rig.producers[0].max_pending == 0
+    assert source.committed == {("orders", p): 200 for p in range(3)}
+    by_value = {m.value: m for m in lane.target}
+    for log in source.logs.values():
+        for src in log:
+            out = by_value[src.value()]
+            assert (out.key, out.timestamp) == (src.key(), src.timestamp()[1])
+            assert out.headers == [
+                *(src.headers() or []),
+                (HEADER_SOURCE, f"orders/{src.partition()}/{src.offset()}".encode()),
+            ]
+
+
+def test_a_message_the_lane_fails_is_sent_again_through_the_failover_producer() -> None:
+    source = FakeSource()
+    source.add_topic("t", 3, 100)
+    rig = Rig(source)
+    refused = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, "Broker: Not enough in-sync replicas")
+
+    def fail(m: Produced) -> KafkaError | None:
+        return refused if isinstance(m.value, bytes) and m.value.endswith(b"3") else None
+
+    final = run_until(rig.mirror(lane_kw={"fail": fail}, max_in_flight=50), all_delivered(300))
+
+    producer = rig.producers[0]
+    assert isinstance(producer, FakeFailoverProducer)
+    assert len(producer.target) == 30  # offsets ending in 3, of 3 partitions
+    assert final.rerouted == 30
+    assert sorted(origins(rig.target())) == sorted(
+        (t, p, m.offset()) for (t, p), log in source.logs.items() for m in log
+    )
+    # Sent again as consumed: key, value, timestamp and the source's headers kept.
+    for m in producer.target:
+        _, p, offset = origins([m])[0]
+        src = source.logs[("t", p)][offset]
+        assert (m.key, m.value, m.timestamp) == (src.key(), src.value(), src.timestamp()[1])
+        assert (m.headers or [])[:-1] == (src.headers() or [])
+    # The health model heard of each failure.
+    assert len(producer.reported) == 30
+    assert {code for _, _, code in producer.reported} == {KafkaError.NOT_ENOUGH_REPLICAS}
+    assert source.committed == {("t", p): 100 for p in range(3)}
+
+
+def test_equal_messages_the_lane_fails_all_go_again_so_none_is_lost() -> None:
+    # A lane failure report carries key and value only: of equal messages (here differing in
+    # their headers) the mirror cannot tell which one failed, so it sends all of them again.
+    source = FakeSource()
+    log = source.logs.setdefault(("t", 0), [])
+    for offset in range(20):
+        log.append(
+            Message(
+                topic="t",
+                partition=0,
+                offset=offset,
+                key=b"same",
+                value=b"same" if offset in (4, 5, 6) else b"v%d" % offset,
+                headers=[("n", b"%d" % offset)],
+                timestamp=(1, 1_700_000_000_000 + offset),
+            )
+        )
+    rig = Rig(source)
+    failed_once: list[Produced] = []
+
+    def fail(m: Produced) -> KafkaError | None:
+        if dict(m.headers or [])["n"] == b"5" and not failed_once:
+            failed_once.append(m)
+            return KafkaError(KafkaError.NOT_ENOUGH_REPLICAS)
+        return None
+
+    run_until(rig.mirror(lane_kw={"fail": fail}), all_delivered(20))
+
+    copies = origins(rig.target())
+    assert set(copies) == {("t", 0, o) for o in range(20)}  # offset 5 arrived, headers and all
+    assert sorted(o for _, _, o in copies if copies.count(("t", 0, o)) > 1) == [4, 4, 6, 6]
+    assert len(rig.producers[0].target) == 3
+    assert source.committed == {("t", 0): 20}
+
+
+def test_a_message_failing_finally_after_the_lane_stops_with_a_commit_just_before_it() -> None:
+    source = FakeSource()
+    source.add_topic("t", 3, 100)
+    rig = Rig(source)
+    mirror = rig.mirror(
+        lane_kw={"fail": too_large(57)}, producer_kw={"fail": too_large(57)}, max_in_flight=30
+    )
+    with pytest.raises(MessageFailedError) as info:
+        run_until(mirror, all_delivered(300))
+    err = info.value
+    assert (err.topic, err.partition, err.offset) == ("t", 1, 57)
+    assert source.committed[("t", 1)] == 57
+    for p in (0, 2):
+        assert source.committed[("t", p)] == rig.consumers[0].positions[("t", p)]
+
+
+def test_the_lane_is_off_while_a_target_topic_is_not_whole_and_on_again_after() -> None:
+    source = FakeSource()
+    source.add_topic("t", 2, 300)
+    rig = Rig(source)
+
+    def whole(topic: str) -> bool:
+        # Not whole while the 150th to the 350th message are consumed.
+        return not 150 <= len(rig.consumers[0].consumed) < 350
+
+    def on_status(status: MirrorStatus) -> None:
+        if status.delivered >= 600 and status.in_flight == 0 and status.uncommitted == 0:
+            mirror.stop()
+
+    rig.after_poll = lambda: rig.clock.sleep(0.01)  # time passes: the lane is tried again
+    mirror = rig.mirror(lane_kw={}, producer_kw={"whole": whole}, max_in_flight=50)
+    mirror.run(on_status=on_status)
+    lane, producer = rig.lanes[0], rig.producers[0]
+    assert len(lane.target) + len(producer.target) == 600
+    assert 150 <= len(producer.target) <= 500, len(producer.target)
+    # Per partition, what went through the producer lies between what went through the lane.
+    for p in (0, 1):
+        via_lane = sorted(o for _, q, o in origins(lane.target) if q == p)
+        via_producer = sorted(o for _, q, o in origins(producer.target) if q == p)
+        assert via_producer
+        assert min(via_lane) < min(via_producer)
+        assert max(via_producer) < max(via_lane)
+    assert source.committed == {("t", 0): 300, ("t", 1): 300}
+
+
+def test_a_stop_gives_up_what_the_lane_still_holds_without_committing_it() -> None:
+    source = FakeSource()
+    source.add_topic("t", 1, 100)
+    rig = Rig(source)
+    mirror = rig.mirror(lane_kw={"hold": lambda m: m.value == b"t/0/30"}, drain_timeout_s=5)
+
+    def stop_once_all_consumed() -> None:
+        # From the producer's poll: also while the mirror waits for the lane to settle.
+        if len(rig.consumers[0].consumed) >= 100:
+            mirror.stop()
+
+    rig.after_poll = stop_once_all_consumed
+    final = mirror.run()
+    assert source.committed[("t", 0)] == 30
+    assert final.in_flight >= 1
+    # The restart mirrors from offset 30 on: message 30 arrives.
+    rig2 = Rig(source)
+    run_until(rig2.mirror(lane_kw={}), lambda s: s.lag == 0 and s.in_flight == 0)
+    assert ("t", 0, 30) in origins(rig2.target())
+    assert source.committed[("t", 0)] == 100

@@ -12,6 +12,7 @@ from ._config import MirrorOptions, TopicRouter, load_properties, parse_properti
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._gc import tune_gc
 from ._mirror import (
+    HEADER_SOURCE,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_TOPIC,
@@ -22,6 +23,7 @@ from ._mirror import (
 from ._status import MirrorStatus, PartitionStatus, format_status
 
 __all__ = [
+    "HEADER_SOURCE",
     "HEADER_SOURCE_OFFSET",
     "HEADER_SOURCE_PARTITION",
     "HEADER_SOURCE_TOPIC",

@@ -223,6 +223,9 @@ class MirrorOptions:
     """Bound on messages consumed and not yet committed (so also on messages in the producer)."""
     dead_letter_topic: str | None = None
     provenance_headers: bool = True
+    provenance_format: str = "compact"
+    """``"compact"``: one header ``mirror.source`` = ``topic/partition/offset``; ``"separate"``:
+    ``mirror.source.topic``, ``mirror.source.partition`` and ``mirror.source.offset``."""
     fast_lane: bool = True
     """While every partition of a target topic is usable, send on a second client that reports
     failures only, and learn deliveries in bulk (see docs/mirror.md, "Fast lane")."""
@@ -284,6 +287,11 @@ class MirrorOptions:
             raise MirrorConfigError(
                 f"--dead-letter-topic {self.dead_letter_topic!r} is not a legal Kafka topic name"
             )
+        if self.provenance_format not in _PROVENANCE_FORMATS:
+            raise MirrorConfigError(
+                f"--provenance-format must be one of {', '.join(_PROVENANCE_FORMATS)}, not "
+                f"{self.provenance_format!r}"
+            )
         _positive_int("--max-in-flight", self.max_in_flight)
         _positive_int("poll_batch", self.poll_batch)
         for name in ("commit_interval_s", "drain_timeout_s", "topic_refresh_interval_s"):
@@ -338,6 +346,9 @@ class MirrorOptions:
         return TopicRouter(
             include=self.include, exclude=self.exclude, rename=self.rename, never=never
         )
+
+
+_PROVENANCE_FORMATS = ("compact", "separate")
 
 
 def _positive_int(name: str, value: int) -> None:

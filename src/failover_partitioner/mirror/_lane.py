@@ -57,10 +57,11 @@ class FastLane:
     comes from :meth:`follow`. Each span counts its lane messages in ``span.lane``.
     """
 
-    __slots__ = ("_client", "failed", "produce", "spans")
+    __slots__ = ("_client", "_clock", "failed", "produce", "spans")
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
+        self._clock = clock
         self.produce: Callable[..., None] = client.produce
         self.spans: list[Span] = []
         self.failed: list[LaneFailure] = []
@@ -80,9 +81,9 @@ class FastLane:
     def settle(self, timeout: float, between: Callable[[], object] | None = None) -> bool:
         """Serve the client's reports until it holds nothing (True), or ``timeout`` passes
         (False). ``between`` runs every 50 ms meanwhile (the mirror polls its producer)."""
-        deadline = time.monotonic() + timeout
+        deadline = self._clock() + timeout
         while True:
-            left = max(0.0, deadline - time.monotonic())
+            left = max(0.0, deadline - self._clock())
             if self._client.flush(min(0.05, left)) == 0:
                 return True
             if between is not None:

@@ -51,6 +51,7 @@ from ._lane import FastLane, LaneFailure, lane_config
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
 
 __all__ = [
+    "HEADER_SOURCE",
     "HEADER_SOURCE_OFFSET",
     "HEADER_SOURCE_PARTITION",
     "HEADER_SOURCE_TOPIC",
@@ -63,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+HEADER_SOURCE = "mirror.source"
 HEADER_SOURCE_TOPIC = "mirror.source.topic"
 HEADER_SOURCE_PARTITION = "mirror.source.partition"
 HEADER_SOURCE_OFFSET = "mirror.source.offset"
@@ -207,6 +209,7 @@ class Mirror:
         self._consumer: ConsumerLike | None = None
         self._producer: ProducerLike | None = None
         self._provenance_prefixes: dict[tuple[str, int], Headers] = {}
+        self._compact_prefixes: dict[tuple[str, int], bytes] = {}
         # Counters: plain ints and dicts on the hot path, published to metrics now and then.
         self._consumed: dict[str, int] = {}
         self._rerouted: dict[str, int] = {}
@@ -411,6 +414,7 @@ class Mirror:
         lane_cb: Callable[[KafkaError, Message], None] | None = None
         get_tracker = self._ledger.get
         provenance = self._options.provenance_headers
+        compact = self._options.provenance_format == "compact"
         on_outcome = self._on_outcome
         consumed = self._consumed
         last_topic = ""
@@ -420,6 +424,7 @@ class Mirror:
         end = 0
         target = ""
         prefix: Headers = []
+        tag = b""
         try:
             for msg in batch:
                 err = msg.error()
@@ -444,7 +449,11 @@ class Mirror:
                         span.source = batch
                         count = 0
                     target = self._router.target(topic)
-                    if provenance:
+                    if not provenance:
+                        pass
+                    elif compact:
+                        tag = self._compact_prefix(topic, partition)
+                    else:
                         prefix = self._provenance_prefix(topic, partition)
                     lane_cb = None
                     if span is not None and self._lane_on:
@@ -457,9 +466,16 @@ class Mirror:
                     continue  # revoked while the batch was out; the new owner reads it again
                 # A consumed message's headers are always a list of pairs, never the dict form.
                 headers: Headers | None = msg.headers()  # type: ignore[assignment]
-                if provenance:
+                if not provenance:
+                    pass
+                elif compact:
                     # One new list per message. The consumed message's list is left as it is: the
                     # client may hand the same list out again (failure reports read it).
+                    if headers:
+                        headers = [*headers, (HEADER_SOURCE, tag + b"%d" % offset)]
+                    else:
+                        headers = [(HEADER_SOURCE, tag + b"%d" % offset)]
+                else:
                     if headers:
                         headers = [*headers, *prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                     else:
@@ -552,7 +568,8 @@ class Mirror:
         ):
             return
         self._lane = FastLane(
-            _build("fast lane producer", factory, lane_config(self._options.producer_config))
+            _build("fast lane producer", factory, lane_config(self._options.producer_config)),
+            self._clock,
         )
         self._lane_on = True
 
@@ -719,7 +736,19 @@ class Mirror:
             self._provenance_prefixes[(topic, partition)] = prefix
         return prefix
 
+    def _compact_prefix(self, topic: str, partition: int) -> bytes:
+        prefix = self._compact_prefixes.get((topic, partition))
+        if prefix is None:
+            prefix = self._compact_prefixes[(topic, partition)] = b"%s/%d/" % (
+                topic.encode(),
+                partition,
+            )
+        return prefix
+
     def _provenance(self, topic: str, partition: int, offset: int) -> Headers:
+        """The provenance headers of the message at ``offset`` of ``topic`` [``partition``]."""
+        if self._options.provenance_format == "compact":
+            return [(HEADER_SOURCE, self._compact_prefix(topic, partition) + b"%d" % offset)]
         return [*self._provenance_prefix(topic, partition), (HEADER_SOURCE_OFFSET, b"%d" % offset)]
 
     # -- delivery outcomes (inside producer.poll: update state only) ---------------------
@@ -777,7 +806,12 @@ class Mirror:
         when equal messages could be told apart only by offset, that picks the earliest, so a
         commit stops at or before the one meant, never after it. ``claimed``: offsets already
         matched, skipped."""
-        wanted = _provenance_of(headers) if self._options.provenance_headers else None
+        opts = self._options
+        wanted = (
+            _provenance_of(headers, opts.provenance_format == "compact")
+            if opts.provenance_headers
+            else None
+        )
         same: tuple[Span, Message] | None = None
         for span in spans:
             where = (span.tracker.topic, span.tracker.partition)
@@ -1246,18 +1280,26 @@ def _span_messages(span: Span) -> Iterator[Message]:
             yield msg
 
 
-def _provenance_of(headers: Sequence[tuple[str, Any]] | None) -> tuple[str, int, int] | None:
-    """(source topic, partition, offset) from the mirror's provenance headers, if all there."""
+def _provenance_of(
+    headers: Sequence[tuple[str, Any]] | None, compact: bool = True
+) -> tuple[str, int, int] | None:
+    """(source topic, partition, offset) from the mirror's provenance headers in the given
+    format (``mirror.source``, or the three ``mirror.source.*``), if there."""
     found: dict[str, Any] = {}
     for name, value in headers or ():
         found[name] = value  # the last of each: the mirror's own
     try:
+        if compact:
+            value = found[HEADER_SOURCE]
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            # A topic name has no "/": the last two fields are the partition and the offset.
+            topic, partition, offset = text.rsplit("/", 2)
+            return topic, int(partition), int(offset)
         topic = found[HEADER_SOURCE_TOPIC]
-        partition = int(found[HEADER_SOURCE_PARTITION])
-        offset = int(found[HEADER_SOURCE_OFFSET])
-    except (KeyError, TypeError, ValueError):
+        text = topic.decode() if isinstance(topic, bytes) else str(topic)
+        return text, int(found[HEADER_SOURCE_PARTITION]), int(found[HEADER_SOURCE_OFFSET])
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError):
         return None
-    return (topic.decode() if isinstance(topic, bytes) else str(topic)), partition, offset
 
 
 def _describe(err: KafkaError) -> str:

@@ -81,7 +81,15 @@ def _parser() -> argparse.ArgumentParser:
         "--no-provenance-headers",
         dest="provenance_headers",
         action="store_false",
-        help="do not add mirror.source.topic/partition/offset headers",
+        help="do not add provenance headers",
+    )
+    ap.add_argument(
+        "--provenance-format",
+        choices=("compact", "separate"),
+        default="compact",
+        help="compact: one header mirror.source = TOPIC/PARTITION/OFFSET; separate: "
+        "mirror.source.topic, mirror.source.partition and mirror.source.offset (default: "
+        "compact, the cheaper to write and to store)",
     )
     ap.add_argument(
         "--no-fast-lane",
@@ -153,6 +161,7 @@ def _options(args: argparse.Namespace) -> MirrorOptions:
         max_in_flight=args.max_in_flight,
         dead_letter_topic=args.dead_letter_topic,
         provenance_headers=args.provenance_headers,
+        provenance_format=args.provenance_format,
         fast_lane=args.fast_lane,
         commit_interval_s=args.commit_interval,
         drain_timeout_s=args.drain_timeout,
