@@ -170,7 +170,7 @@ def _bare_loop(
             if provenance:
                 headers = [
                     *(headers or ()),
-                    (HEADER_SOURCE, b"bench/%d/%d" % (m.partition() or 0, m.offset() or 0)),
+                    (HEADER_SOURCE, f"bench/{m.partition()}/{m.offset()}"),
                 ]
             try:
                 produce(TOPIC, m.value(), m.key(), headers=headers, timestamp=m.timestamp()[1])

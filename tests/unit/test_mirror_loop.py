@@ -227,6 +227,13 @@ class Produced:
     callback: Callable[[KafkaError | None, DeliveryReport], None]
 
 
+def as_written(headers: Any) -> list[tuple[str, Any]] | None:
+    """Headers as a client writes them: a str value as its UTF-8 bytes."""
+    if headers is None:
+        return None
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in headers]
+
+
 class FakeProducer:
     """Delivers a random share of what it holds on each poll, in random order."""
 
@@ -265,7 +272,9 @@ class FakeProducer:
     ) -> None:
         self.guard.check("produce")
         assert not self.closed
-        self.pending.append(Produced(topic, value, key, headers, timestamp, on_delivery))
+        self.pending.append(
+            Produced(topic, value, key, as_written(headers), timestamp, on_delivery)
+        )
         self.max_pending = max(self.max_pending, len(self.pending))
 
     def poll(self, timeout: float = -1) -> int:
@@ -358,7 +367,7 @@ class FakeLane:
         self.guard.check("lane produce")
         assert partition == -1
         assert callback is None
-        m = Produced(topic, value, key, headers, timestamp or None, on_delivery)
+        m = Produced(topic, value, key, as_written(headers), timestamp or None, on_delivery)
         self.pending.append((m, 0 if key is None else hash(key) % 3))
 
     def flush(self, timeout: float = -1) -> int:

@@ -209,7 +209,7 @@ class Mirror:
         self._consumer: ConsumerLike | None = None
         self._producer: ProducerLike | None = None
         self._provenance_prefixes: dict[tuple[str, int], Headers] = {}
-        self._compact_prefixes: dict[tuple[str, int], bytes] = {}
+        self._compact_prefixes: dict[tuple[str, int], str] = {}
         # Counters: plain ints and dicts on the hot path, published to metrics now and then.
         self._consumed: dict[str, int] = {}
         self._rerouted: dict[str, int] = {}
@@ -424,7 +424,11 @@ class Mirror:
         end = 0
         target = ""
         prefix: Headers = []
-        tag = b""
+        tag = ""
+        source_header = HEADER_SOURCE
+        no_timestamp = TIMESTAMP_NOT_AVAILABLE
+        # Messages of the open span sent on the lane, counted into it when it closes.
+        on_lane = 0
         try:
             for msg in batch:
                 err = msg.error()
@@ -440,6 +444,9 @@ class Mirror:
                 if partition != last_partition or topic != last_topic:
                     if span is not None:
                         consumed[last_topic] = consumed.get(last_topic, 0) + count
+                        span.pending += on_lane
+                        span.lane += on_lane
+                        on_lane = 0
                         span.tracker.close(span, end, count)
                         span = None
                     last_topic, last_partition = topic, partition
@@ -471,17 +478,18 @@ class Mirror:
                 elif compact:
                     # One new list per message. The consumed message's list is left as it is: the
                     # client may hand the same list out again (failure reports read it).
+                    # A str value: the client writes it as UTF-8, and an f-string is the cheapest
+                    # way to make it (bytes formatting costs about twice as much).
                     if headers:
-                        headers = [*headers, (HEADER_SOURCE, tag + b"%d" % offset)]
+                        headers = [*headers, (source_header, f"{tag}{offset}")]
                     else:
-                        headers = [(HEADER_SOURCE, tag + b"%d" % offset)]
+                        headers = [(source_header, f"{tag}{offset}")]
                 else:
                     if headers:
                         headers = [*headers, *prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                     else:
                         headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 ts_type, ts = msg.timestamp()
-                span.pending += 1
                 if lane_cb is not None:
                     try:
                         lane_produce(  # type: ignore[misc]  # set with lane_cb
@@ -491,16 +499,17 @@ class Mirror:
                             -1,  # the client's partitioner places it
                             lane_cb,
                             None,
-                            ts if ts_type != TIMESTAMP_NOT_AVAILABLE else 0,
+                            ts if ts_type != no_timestamp else 0,
                             headers,
                         )
                     except Exception:
                         pass  # not taken (queue full, or refused): the failover producer tries
                     else:
-                        span.lane += 1
+                        on_lane += 1
                         count += 1
                         end = offset + 1
                         continue
+                span.pending += 1
                 try:
                     produce(
                         target,
@@ -508,7 +517,7 @@ class Mirror:
                         msg.key(),
                         headers,
                         span,
-                        ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+                        ts if ts_type != no_timestamp else None,
                     )
                 except (BufferError, ProduceTimeout):
                     if not self._produce_when_room(target, msg, headers, span, ts_type, ts):
@@ -527,6 +536,8 @@ class Mirror:
             # Also when a consumer error or the producer raises midway: what was handed counts.
             if span is not None:
                 consumed[last_topic] = consumed.get(last_topic, 0) + count
+                span.pending += on_lane
+                span.lane += on_lane
                 span.tracker.close(span, end, count)
 
     def _produce_when_room(
@@ -736,19 +747,16 @@ class Mirror:
             self._provenance_prefixes[(topic, partition)] = prefix
         return prefix
 
-    def _compact_prefix(self, topic: str, partition: int) -> bytes:
+    def _compact_prefix(self, topic: str, partition: int) -> str:
         prefix = self._compact_prefixes.get((topic, partition))
         if prefix is None:
-            prefix = self._compact_prefixes[(topic, partition)] = b"%s/%d/" % (
-                topic.encode(),
-                partition,
-            )
+            prefix = self._compact_prefixes[(topic, partition)] = f"{topic}/{partition}/"
         return prefix
 
     def _provenance(self, topic: str, partition: int, offset: int) -> Headers:
         """The provenance headers of the message at ``offset`` of ``topic`` [``partition``]."""
         if self._options.provenance_format == "compact":
-            return [(HEADER_SOURCE, self._compact_prefix(topic, partition) + b"%d" % offset)]
+            return [(HEADER_SOURCE, f"{self._compact_prefix(topic, partition)}{offset}")]
         return [*self._provenance_prefix(topic, partition), (HEADER_SOURCE_OFFSET, b"%d" % offset)]
 
     # -- delivery outcomes (inside producer.poll: update state only) ---------------------
