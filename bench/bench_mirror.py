@@ -217,7 +217,9 @@ def _mirror(
         source_bootstrap=source,
         target_bootstrap=target,
         group_id=group,
-        status_interval_s=0.02,
+        # The run ends at the commit that covers the last message (see on_status): status only
+        # has to notice it, so it need not come often (the CLI default is 10 s).
+        status_interval_s=0.1,
         max_in_flight=WINDOW,
         provenance_headers=provenance,
         fast_lane=fast_lane,

@@ -463,3 +463,29 @@ def test_a_bad_header_pair_is_refused_before_the_message_is_accepted(
     assert stats.produced == 1
     assert stats.in_flight == 0
     assert [m.value() for m in consume_all(mock, 1)] == [b"ok"]
+
+
+def test_whole_until_another_client_reports_a_failure_then_not_until_it_is_released(
+    mock: MockCluster,
+) -> None:
+    p = producer(mock, ready=TOPIC, quarantine_backoff_s=0.5)
+    try:
+        assert p.whole(TOPIC)
+        assert not p.whole("never-produced-to")
+        p.report_failure(
+            TOPIC, 2, KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, "Broker: Not enough replicas")
+        )
+        assert not p.whole(TOPIC)
+        assert p.health(TOPIC).partitions[2].quarantined
+        # The message is the caller's: the producer counts nothing for it.
+        assert len(p) == 0
+        assert p.statistics().final_failures == 0
+        # A per-record error says nothing of the partition: no quarantine.
+        p.report_failure(TOPIC, 3, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        assert not p.health(TOPIC).partitions[3].quarantined
+        deadline = time.monotonic() + 10
+        while not p.whole(TOPIC) and time.monotonic() < deadline:
+            p.poll(0.1)
+        assert p.whole(TOPIC), "released after its back-off once the metadata shows it usable"
+    finally:
+        p.close()
