@@ -1078,3 +1078,24 @@ def test_a_stop_gives_up_what_the_lane_still_holds_without_committing_it() -> No
     run_until(rig2.mirror(lane_kw={}), lambda s: s.lag == 0 and s.in_flight == 0)
     assert ("t", 0, 30) in origins(rig2.target())
     assert source.committed[("t", 0)] == 100
+
+
+def test_lane_config_reports_failures_only_places_keys_by_murmur2_and_bounds_the_wait() -> None:
+    from failover_partitioner.mirror._lane import LANE_TIMEOUT_MS, lane_config
+
+    conf = lane_config({"bootstrap.servers": "dst:9092", "client.id": "m", "acks": "all"})
+    assert conf["delivery.report.only.error"] is True
+    assert conf["partitioner"] == "murmur2_random"
+    assert conf["client.id"] == "m-lane"
+    assert conf["acks"] == "all"
+    assert conf["retries"] == 0  # the failover producer's defaults, so a refusal comes back
+    assert conf["message.timeout.ms"] == 10_000
+    # However long the producer may wait, the lane settles within LANE_TIMEOUT_MS.
+    for given in ({"delivery.timeout.ms": "0"}, {"message.timeout.ms": "600000"}):
+        conf = lane_config({"bootstrap.servers": "dst:9092", **given})
+        assert conf["message.timeout.ms"] == LANE_TIMEOUT_MS
+        assert "delivery.timeout.ms" not in conf
+    assert (
+        lane_config({"bootstrap.servers": "x", "message.timeout.ms": "5000"})["message.timeout.ms"]
+        == 5000
+    )

@@ -38,12 +38,29 @@ __all__ = ["FastLane", "LaneFailure", "lane_config"]
 LaneFailure = tuple[Span, KafkaError, Message]
 
 
+# The longest the mirror may wait for the lane to settle: a message the lane holds longer is
+# failed by the client and sent again through the failover producer.
+LANE_TIMEOUT_MS = 30_000
+
+
 def lane_config(producer_config: Mapping[str, str]) -> dict[str, Any]:
     """The lane client's settings: the failover producer's client settings (its defaults for
-    timeouts and retries included), failures reported only, keys placed by murmur2."""
+    timeouts and retries included), failures reported only, keys placed by murmur2, and a
+    delivery timeout of at most ``LANE_TIMEOUT_MS``."""
     conf = dict(client_settings(producer_config).client_conf)
     conf["delivery.report.only.error"] = True
     conf["partitioner"] = "murmur2_random"
+    timeout_ms = LANE_TIMEOUT_MS
+    for alias in ("message.timeout.ms", "delivery.timeout.ms"):
+        given = conf.pop(alias, None)
+        if given is not None:
+            try:
+                ms = int(float(str(given)))
+            except ValueError:
+                continue  # the failover producer's client refuses it, naming it
+            if 0 < ms < timeout_ms:
+                timeout_ms = ms
+    conf["message.timeout.ms"] = timeout_ms
     if "client.id" in conf:
         conf["client.id"] = f"{conf['client.id']}-lane"
     return conf
