@@ -592,18 +592,16 @@ class Mirror:
     def _whole(self, target: str) -> bool:
         """Whether every partition of ``target`` is usable (the lane may take its messages)."""
         producer = self._lane_producer()
-        if producer.whole(target):
-            return True
         if target not in self._targets:
-            # Not produced to yet: fetch its metadata now, so the lane takes it from the start.
-            self._targets.add(target)
-            try:
-                producer.health(target)
-            except (FailoverError, KafkaException) as exc:
-                logger.debug("no metadata for target topic %r yet: %s", target, exc)
-                return False
-            return producer.whole(target)
-        return False
+            self._targets.add(target)  # _lane_try_on looks at every target seen
+            if not producer.whole(target):
+                # Not produced to yet: fetch its metadata now, so the lane takes it at once.
+                try:
+                    producer.health(target)
+                except (FailoverError, KafkaException) as exc:
+                    logger.debug("no metadata for target topic %r yet: %s", target, exc)
+                    return False
+        return producer.whole(target)
 
     def _lane_off(self, target: str) -> None:
         """``target`` needs routing around: the lane's messages settle first (so that a key's
