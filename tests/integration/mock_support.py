@@ -15,9 +15,14 @@ from failover_partitioner.testing import MockCluster
 
 @contextmanager
 def mock_with_topic(topic: str, partitions: int) -> Iterator[MockCluster]:
-    """A 3-broker mock cluster holding ``topic`` (RF 3)."""
+    """A 3-broker mock cluster holding ``topic`` (RF 3), its leaders one per broker in turn.
+
+    The mock places leaders as it likes, sometimes all on one broker; tests that make one
+    broker refuse would then have no partition left to route to."""
     with MockCluster(brokers=3) as cluster:
         cluster.create_topic(topic, partitions, 3)
+        for partition in range(partitions):
+            cluster.set_leader(topic, partition, partition % 3 + 1)
         yield cluster
 
 
