@@ -959,6 +959,7 @@ def test_a_message_the_lane_fails_is_sent_again_through_the_failover_producer() 
 
     final = run_until(rig.mirror(lane_kw={"fail": fail}, max_in_flight=50), all_delivered(300))
 
+    assert final.possible_duplicates == 0  # refused before it was written: no copy
     producer = rig.producers[0]
     assert isinstance(producer, FakeFailoverProducer)
     assert len(producer.target) == 30  # offsets ending in 3, of 3 partitions
@@ -1004,12 +1005,13 @@ def test_equal_messages_the_lane_fails_all_go_again_so_none_is_lost() -> None:
             return KafkaError(KafkaError.NOT_ENOUGH_REPLICAS)
         return None
 
-    run_until(rig.mirror(lane_kw={"fail": fail}), all_delivered(20))
+    final = run_until(rig.mirror(lane_kw={"fail": fail}), all_delivered(20))
 
     copies = origins(rig.target())
     assert set(copies) == {("t", 0, o) for o in range(20)}  # offset 5 arrived, headers and all
     assert sorted(o for _, _, o in copies if copies.count(("t", 0, o)) > 1) == [4, 4, 6, 6]
     assert len(rig.producers[0].target) == 3
+    assert final.possible_duplicates == 2  # counted, so that duplicates can be accounted for
     assert source.committed == {("t", 0): 20}
 
 
@@ -1099,3 +1101,18 @@ def test_lane_config_reports_failures_only_places_keys_by_murmur2_and_bounds_the
         lane_config({"bootstrap.servers": "x", "message.timeout.ms": "5000"})["message.timeout.ms"]
         == 5000
     )
+
+
+def test_a_lane_failure_that_may_have_been_written_counts_as_a_possible_duplicate() -> None:
+    source = FakeSource()
+    source.add_topic("t", 2, 50)
+    rig = Rig(source)
+    after_append = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+
+    def fail(m: Produced) -> KafkaError | None:
+        return after_append if m.value in (b"t/0/10", b"t/1/20") else None
+
+    final = run_until(rig.mirror(lane_kw={"fail": fail}), all_delivered(100))
+    assert final.possible_duplicates == 2
+    assert final.rerouted == 2
+    assert "possible duplicates 2" in format_status(final)

@@ -42,7 +42,7 @@ from confluent_kafka import (
 from prometheus_client.registry import CollectorRegistry
 
 from failover_partitioner._message import DeliveryReport
-from failover_partitioner.errors import ConfigError, FailoverError, ProduceTimeout
+from failover_partitioner.errors import ConfigError, FailoverError, ProduceTimeout, classify
 
 from ._commits import CommitLedger, Span
 from ._config import MirrorOptions
@@ -213,6 +213,7 @@ class Mirror:
         # Counters: plain ints and dicts on the hot path, published to metrics now and then.
         self._consumed: dict[str, int] = {}
         self._rerouted: dict[str, int] = {}
+        self._possible_duplicates: dict[str, int] = {}
         self._dead_lettered: dict[str, int] = {}
         self._failed: dict[str, int] = {}
         self._commit_every = max(1, options.max_in_flight // 4)
@@ -299,6 +300,7 @@ class Mirror:
             consumed=sum(self._consumed.values()),
             delivered=delivered,
             rerouted=sum(self._rerouted.values()),
+            possible_duplicates=sum(self._possible_duplicates.values()),
             dead_lettered=sum(self._dead_lettered.values()),
             failed=sum(self._failed.values()),
             in_flight=self._ledger.in_flight,
@@ -693,6 +695,12 @@ class Mirror:
                 handed_back.extend(m.offset() for m in again)  # type: ignore[misc]
                 continue
             span.pending += len(again) - 1  # one takes the failed message's place
+            # Copies that may land twice: the others of equal messages, and the failed one if
+            # its attempt may have been written.
+            twice = len(again) - 1 + classify(err.code(), err.name()).possibly_persisted
+            if twice:
+                dups = self._possible_duplicates
+                dups[tracker.topic] = dups.get(tracker.topic, 0) + twice
             for m in again:
                 self._resend(span, m, target)
         if handed_back:
@@ -1247,6 +1255,7 @@ class Mirror:
             consumed=tuple(self._consumed.items()),
             delivered=tuple(self._delivered_by_topic().items()),
             rerouted=tuple(self._rerouted.items()),
+            possible_duplicates=tuple(self._possible_duplicates.items()),
             dead_lettered=tuple(self._dead_lettered.items()),
             failed=tuple(self._failed.items()),
             commits=self._commits,

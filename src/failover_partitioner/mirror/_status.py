@@ -40,7 +40,12 @@ class MirrorStatus:
     delivered: int
     """Messages finally delivered to the target (dead-lettered ones not included)."""
     rerouted: int
-    """Delivered messages that needed more than one attempt (moved off a degraded partition)."""
+    """Messages sent again after a failed attempt (moved off a degraded partition)."""
+    possible_duplicates: int = 0
+    """Messages the fast lane sent again that may be on the target twice: their failed attempt
+    may have been written (a timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND), or an equal message of
+    the same span failed and both went again. The failover producer counts its own such
+    messages in its ``statistics().possible_duplicates``."""
     dead_lettered: int
     failed: int
     """Messages that finally failed (the mirror stops at the first unless dead-lettering)."""
@@ -73,6 +78,8 @@ def format_status(status: MirrorStatus, *, as_json: bool = False) -> str:
         f"delivered {status.delivered:,}  in flight {status.in_flight:,}  lag {lag}  "
         f"rerouted {status.rerouted:,}  partitions {len(status.partitions)}"
     )
+    if status.possible_duplicates:
+        line += f"  possible duplicates {status.possible_duplicates:,}"
     if status.dead_lettered:
         line += f"  dead-lettered {status.dead_lettered:,}"
     if status.failed:
@@ -87,6 +94,7 @@ class MetricsSnapshot:
     consumed: tuple[tuple[str, int], ...] = ()
     delivered: tuple[tuple[str, int], ...] = ()
     rerouted: tuple[tuple[str, int], ...] = ()
+    possible_duplicates: tuple[tuple[str, int], ...] = ()
     dead_lettered: tuple[tuple[str, int], ...] = ()
     failed: tuple[tuple[str, int], ...] = ()
     commits: int = 0
@@ -117,7 +125,12 @@ class MirrorCollector(Collector):
         for name, doc, series in (
             ("consumed", "Messages consumed from the source, by source topic", snap.consumed),
             ("delivered", "Messages finally delivered to the target", snap.delivered),
-            ("rerouted", "Delivered messages that needed more than one attempt", snap.rerouted),
+            ("rerouted", "Messages sent again after a failed attempt", snap.rerouted),
+            (
+                "possible_duplicates",
+                "Messages the fast lane sent again that may be on the target twice",
+                snap.possible_duplicates,
+            ),
             ("dead_lettered", "Messages sent to the dead-letter topic", snap.dead_lettered),
             ("failed", "Messages that finally failed", snap.failed),
         ):
