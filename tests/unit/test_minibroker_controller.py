@@ -203,19 +203,27 @@ class ElectionMachine(RuleBasedStateMachine):
         if not self.controller.is_running(broker):
             self.controller.broker_started(broker, self.now)
             for partition in self.controller.partitions():
-                # the returning replica catches up at once in this model
-                partition.fetch_for_follower(broker, self.now)
+                # the returning replica catches up at once in this model, from a running leader
+                if self._leader_serves(partition):
+                    partition.fetch_for_follower(broker, self.now)
             self._check_elections()
 
     @rule(seconds=st.floats(0.0, 0.5))
     def advance(self, seconds: float) -> None:
         self.now += seconds
         for partition in self.controller.partitions():
+            if not self._leader_serves(partition):
+                continue
             for replica in partition.followers():
                 if self.controller.is_running(replica):
                     partition.fetch_for_follower(replica, self.now)
         self.controller.tick(self.now)
         self._check_elections()
+
+    def _leader_serves(self, partition: Partition) -> bool:
+        """As the brokers' fetchers (can_replicate in server.py): a stopped leader serves no fetch,
+        even before the controller fences it; else a follower could join its ISR meanwhile."""
+        return partition.leader >= 0 and self.controller.is_running(partition.leader)
 
     def _check_elections(self) -> None:
         for partition in self.controller.partitions():
