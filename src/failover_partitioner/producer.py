@@ -1350,8 +1350,9 @@ class FailoverProducer:
     def whole(self, topic: str) -> bool:
         """True while every partition of ``topic`` is usable in the producer's latest view
         (a leader, ISR at least min.insync.replicas, not quarantined); False for a topic it has
-        not produced to yet. For a caller that lets another client place messages while
-        nothing needs routing around (the mirror's fast lane)."""
+        no metadata of yet (neither produced to nor asked ``health()`` of). For a caller that
+        lets another client place messages while nothing needs routing around (the mirror's
+        fast lane)."""
         chooser = self._choosers.get(topic)
         if chooser is None:
             return False

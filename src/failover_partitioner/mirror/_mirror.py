@@ -9,6 +9,10 @@ One thread does everything, so every piece of state has one writer:
   same thread; they only update trackers (delivered counts derive from them) and queue
   failures. Nothing blocking (poll, flush, produce, commit) ever runs inside a delivery
   callback: librdkafka would re-enter.
+* While every partition of a target topic is usable, messages take the fast lane instead
+  (``_lane``): a second client that reports failures only; its deliveries are counted when it
+  holds nothing any more (settled), before anything needs them, and its failures are sent
+  again through the failover producer.
 * Commits store, per partition, the first offset not finally delivered (``_commits``), so a
   crash at any moment re-mirrors at most the uncommitted window and loses nothing.
 * The window (messages consumed and not committed) is bounded by ``max_in_flight``: the loop
