@@ -187,7 +187,7 @@ class _Plan:
                 candidates = local
         self.candidates = candidates
         self.candidate_set = frozenset(candidates)
-        if client_sticky and 0 < len(view.usable) == view.num_partitions:
+        if client_sticky and view.whole:
             self.cycle: Iterator[int] = itertools.repeat(CLIENT_PARTITIONER)
         elif candidates:
             # Start at a random place so frequent view swaps do not favour low partition ids.

@@ -181,6 +181,11 @@ class TopicView:
     def num_partitions(self) -> int:
         return len(self.partitions)
 
+    @property
+    def whole(self) -> bool:
+        """Every partition usable (and there is at least one): nothing needs routing around."""
+        return 0 < len(self.usable) == len(self.partitions)
+
     def state(self, partition: int) -> PartitionHealth:
         return self.partitions[partition].state
 

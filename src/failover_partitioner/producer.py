@@ -1354,10 +1354,7 @@ class FailoverProducer:
         lets another client place messages while nothing needs routing around (the mirror's
         fast lane)."""
         chooser = self._choosers.get(topic)
-        if chooser is None:
-            return False
-        view = chooser.view
-        return 0 < len(view.usable) == view.num_partitions
+        return chooser is not None and chooser.view.whole
 
     def report_failure(self, topic: str, partition: int, err: confluent_kafka.KafkaError) -> None:
         """Take a delivery failure that another client saw, to ``topic`` [``partition``], into

@@ -91,10 +91,6 @@ class FastLane:
     def _failed_one(self, span: Span, err: KafkaError, msg: Message) -> None:
         self.failed.append((span, err, msg))
 
-    def __len__(self) -> int:
-        """Messages the client holds (queued, in flight, or with a report not yet served)."""
-        return len(self._client)
-
     def settle(self, timeout: float, between: Callable[[], object] | None = None) -> bool:
         """Serve the client's reports until it holds nothing (True), or ``timeout`` passes
         (False). ``between`` runs every 50 ms meanwhile (the mirror polls its producer)."""

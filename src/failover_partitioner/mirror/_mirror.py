@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
@@ -129,6 +129,7 @@ class ProducerLike(Protocol):
     def close(self, timeout: float | None = ...) -> Sequence[object]: ...
 
 
+@runtime_checkable
 class LaneProducer(ProducerLike, Protocol):
     """What the fast lane needs of the producer besides (see ``_lane.py``): the failover
     producer's view of a topic's health, and a way to tell it of a failure seen elsewhere."""
@@ -579,10 +580,7 @@ class Mirror:
 
     def _start_lane(self) -> None:
         factory = self._lane_factory
-        producer = self._producer
-        if factory is None or not all(
-            hasattr(producer, name) for name in ("whole", "health", "report_failure", "flush")
-        ):
+        if factory is None or not isinstance(self._producer, LaneProducer):
             return
         self._lane = FastLane(
             _build("fast lane producer", factory, lane_config(self._options.producer_config)),
@@ -738,10 +736,13 @@ class Mirror:
                 _Failure(span=span, source=msg, target_topic=target, error=str(exc))
             )
 
-    def _headers_for(self, msg: Message, topic: str, partition: int) -> Headers:
-        """A consumed message's headers as the mirror sends them (provenance added if on)."""
+    def _headers_for(
+        self, msg: Message, topic: str, partition: int, *, provenance: bool = False
+    ) -> Headers:
+        """A consumed message's headers as the mirror sends them: provenance added if on (or
+        if ``provenance``)."""
         headers: Headers = list(msg.headers() or [])  # type: ignore[arg-type]  # list form
-        if self._options.provenance_headers:
+        if provenance or self._options.provenance_headers:
             offset = msg.offset()
             assert offset is not None
             headers += self._provenance(topic, partition, offset)
@@ -910,11 +911,10 @@ class Mirror:
         producer = self._producer
         assert producer is not None
         src = failure.source
-        headers: Headers = list(src.headers() or [])  # type: ignore[arg-type]  # list form
         offset = src.offset()
-        assert offset is not None
         tracker = failure.span.tracker
-        headers += self._provenance(tracker.topic, tracker.partition, offset)
+        # Provenance always: the dead-letter topic is read to find the source message.
+        headers = self._headers_for(src, tracker.topic, tracker.partition, provenance=True)
         headers.append((HEADER_ERROR, failure.error.encode()))
         ts_type, ts = src.timestamp()
         try:
