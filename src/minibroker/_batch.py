@@ -10,8 +10,11 @@ the bytes in place, exactly as Kafka does, and never recomputes the checksum.
 
 from __future__ import annotations
 
+import logging
 import struct
+import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from crc32c import crc32c
 
@@ -21,8 +24,10 @@ __all__ = [
     "BatchHeader",
     "parse_batches",
     "patch_batch",
-    "record_offset_for_timestamp",
+    "record_timestamps",
 ]
+
+_log = logging.getLogger(__name__)
 
 HEADER_SIZE = 61
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -30,6 +35,9 @@ _OFFSET_EPOCH = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
+_CODEC = 0x07
+_LOG_APPEND_TIME = 0x08
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 # Kafka error codes this module can report
 CORRUPT_MESSAGE = 2
@@ -147,27 +155,71 @@ def _varint(data: bytes | bytearray, position: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def record_offset_for_timestamp(batch: bytes | bytearray, base_offset: int, timestamp: int) -> int:
-    """Offset of the batch's first record stamped at or after ``timestamp``.
+def record_timestamps(batch: bytes | bytearray, base_offset: int) -> list[tuple[int, int]] | None:
+    """(offset, timestamp) of every record in the batch, in order; None if they cannot be read.
 
-    Walks the records of an uncompressed batch (a ListOffsets lookup, never the data path); a
-    compressed batch answers with its base offset, which consumers read from without loss.
+    For ListOffsets, never the data path. A compressed batch is decompressed as Kafka's
+    ``FileRecords.searchForTimestamp`` does to find the exact record: gzip always, snappy, lz4
+    and zstd when ``cramjam`` is installed. None means a codec is missing or the records do not
+    parse (the CRC held, so only a producer's bug gets there); the caller then answers with the
+    batch as a whole.
     """
-    attributes = struct.unpack_from(">h", batch, 21)[0]
-    if attributes & 0x07:
-        return base_offset
+    attributes: int = struct.unpack_from(">h", batch, 21)[0]
     base_timestamp: int = struct.unpack_from(">q", batch, 27)[0]
+    max_timestamp: int = struct.unpack_from(">q", batch, 35)[0]
     count: int = struct.unpack_from(">i", batch, 57)[0]
-    position = HEADER_SIZE
+    records = _decompress(attributes & _CODEC, bytes(batch[HEADER_SIZE:]))
+    if records is None:
+        return None
+    log_append_time = bool(attributes & _LOG_APPEND_TIME)
+    found = []
+    position = 0
     try:
         for _ in range(count):
-            length, body = _varint(batch, position)
+            length, body = _varint(records, position)
             cursor = body + 1  # record attributes (int8)
-            ts_delta, cursor = _varint(batch, cursor)
-            offset_delta, cursor = _varint(batch, cursor)
-            if base_timestamp + ts_delta >= timestamp:
-                return base_offset + offset_delta
+            ts_delta, cursor = _varint(records, cursor)
+            offset_delta, cursor = _varint(records, cursor)
+            # LogAppendTime: every record carries the time the broker wrote in maxTimestamp.
+            stamp = max_timestamp if log_append_time else base_timestamp + ts_delta
+            found.append((base_offset + offset_delta, stamp))
             position = body + length
     except (IndexError, ValueError):
-        return base_offset
-    return base_offset
+        return None
+    return found
+
+
+def _decompress(codec: int, data: bytes) -> bytes | None:
+    try:
+        if codec == 0:
+            return data
+        if codec == 1:
+            return zlib.decompress(data, wbits=31)  # gzip framing
+        import cramjam  # type: ignore[import-not-found,unused-ignore]  # optional: snappy/lz4/zstd
+
+        if codec == 2:
+            return _snappy(cramjam, data)
+        if codec == 3:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == 4:
+            return bytes(cramjam.zstd.decompress(data))
+    except ImportError:
+        _log.debug("ListOffsets: cramjam is not installed; cannot read codec %d records", codec)
+    except Exception:
+        _log.debug("ListOffsets: records of codec %d do not decompress", codec, exc_info=True)
+    return None
+
+
+def _snappy(cramjam: Any, data: bytes) -> bytes:
+    # The Java client writes xerial's framing (a magic header, then length-prefixed blocks);
+    # librdkafka writes raw snappy. Kafka reads both.
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    position = 16
+    while position < len(data):
+        (size,) = struct.unpack_from(">i", data, position)
+        position += 4
+        out += bytes(cramjam.snappy.decompress_raw(data[position : position + size]))
+        position += size
+    return bytes(out)

@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from minibroker._batch import BatchHeader, patch_batch, record_offset_for_timestamp
+from minibroker._batch import BatchHeader, patch_batch, record_timestamps
 
-__all__ = ["AppendResult", "ReplicaLog", "StoredBatch"]
+__all__ = ["AppendResult", "ReplicaLog", "StoredBatch", "TimestampAndOffset"]
 
 _SEQUENCE_MODULUS = 2**31
 _PRODUCER_WINDOW = 5  # Kafka keeps the last five batches per producer for duplicate detection
@@ -258,22 +258,59 @@ class ReplicaLog:
             return found, self._epochs[index + 1][1]
         return found, self.log_end_offset
 
-    def offset_for_timestamp(self, timestamp: int, upper: int) -> tuple[int, int] | None:
-        """(offset, max timestamp of its batch) of the first record at or after ``timestamp``."""
+    def offset_for_timestamp(self, timestamp: int, upper: int) -> TimestampAndOffset | None:
+        """The first record stamped at or after ``timestamp``, below ``upper`` (the HWM).
+
+        Kafka's ``FileRecords.searchForTimestamp``: the first batch whose max timestamp reaches
+        the target, then the first record in it that does, with that record's own timestamp
+        and the batch's leader epoch.
+        """
         for batch in self.batches:
-            if batch.next_offset > upper:
+            if batch.base_offset >= upper:
                 return None
-            if batch.max_timestamp >= timestamp:
-                offset = record_offset_for_timestamp(batch.data, batch.base_offset, timestamp)
-                return offset, batch.max_timestamp
+            if batch.max_timestamp < timestamp:
+                continue
+            records = record_timestamps(batch.data, batch.base_offset)
+            if records is None:  # unreadable records: the batch as a whole
+                return _found(batch, batch.base_offset, batch.max_timestamp, upper)
+            for offset, stamp in records:
+                if stamp >= timestamp:
+                    return _found(batch, offset, stamp, upper)
         return None
 
-    def max_timestamp_offset(self, upper: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the batch with the largest timestamp (ListOffsets -3)."""
-        best: tuple[int, int] | None = None
+    def max_timestamp_offset(self, upper: int) -> TimestampAndOffset | None:
+        """The first record carrying the largest timestamp below ``upper`` (ListOffsets -3).
+
+        Kafka (3.8+, KAFKA-16310) answers that record's own offset, found in the first batch
+        holding the largest timestamp; before that fix it answered the batch's last offset.
+        """
+        best: StoredBatch | None = None
         for batch in self.batches:
             if batch.next_offset > upper:
                 break
-            if best is None or batch.max_timestamp > best[1]:
-                best = (batch.next_offset - 1, batch.max_timestamp)
-        return best
+            if best is None or batch.max_timestamp > best.max_timestamp:
+                best = batch
+        if best is None:
+            return None
+        records = record_timestamps(best.data, best.base_offset) or ()
+        offset = next(
+            (o for o, stamp in records if stamp == best.max_timestamp), best.next_offset - 1
+        )
+        return _found(best, offset, best.max_timestamp, upper)
+
+
+class TimestampAndOffset(NamedTuple):
+    """A ListOffsets answer: the record's offset and timestamp, and its batch's leader epoch."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+def _found(
+    batch: StoredBatch, offset: int, timestamp: int, upper: int
+) -> TimestampAndOffset | None:
+    # Kafka's Partition.fetchOffsetForTimestamp hides an answer at or above the high watermark.
+    if offset >= upper:
+        return None
+    return TimestampAndOffset(offset, timestamp, batch.leader_epoch)

@@ -157,3 +157,32 @@ def test_restarted_consumer_resumes_from_its_committed_offset(cluster: Cluster) 
         assert len(rest) == 60
     finally:
         restarted.close()
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_offsets_for_times_finds_the_exact_record_in_a_batch(
+    cluster: Cluster, compression: str
+) -> None:
+    # Kafka answers the first record at or after the timestamp, inside a compressed batch too.
+    topic = f"times-{compression}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "compression.type": compression,
+            "linger.ms": 200,  # the five records go out as one batch
+        }
+    )
+    base_ms = 1_700_000_000_000
+    for i in range(5):
+        producer.produce(topic, value=b"x" * 100, partition=0, timestamp=base_ms + 10 * i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "times"})
+    try:
+        found = [
+            consumer.offsets_for_times([TopicPartition(topic, 0, base_ms + t)], timeout=10)[0]
+            for t in (0, 15, 20, 31, 100)
+        ]
+    finally:
+        consumer.close()
+    assert [tp.offset for tp in found] == [0, 2, 2, 4, -1]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import gzip
 import io
+import struct
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch
@@ -14,7 +17,13 @@ from kio.records.writers import write_new_batch
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
-from minibroker._batch import BatchError, BatchHeader, parse_batches, record_offset_for_timestamp
+from minibroker._batch import (
+    HEADER_SIZE,
+    BatchError,
+    BatchHeader,
+    parse_batches,
+    record_timestamps,
+)
 from minibroker.log import ReplicaLog, StoredBatch
 
 BASE_TS = 1_700_000_000_000
@@ -215,25 +224,63 @@ def test_parse_batches_refuses_corruption_and_size() -> None:
     assert isinstance(parse_batches(bytes(magic1), 10_000), BatchError)
 
 
+def gzipped(batch: bytes) -> bytes:
+    """The same batch with its records gzip-compressed (codec 1), as a producer sends it."""
+    records = gzip.compress(batch[HEADER_SIZE:])
+    out = bytearray(batch[:HEADER_SIZE]) + records
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">h", out, 21, struct.unpack_from(">h", out, 21)[0] | 1)
+    struct.pack_into(">I", out, 17, crc32c(out[21:]))
+    return bytes(out)
+
+
 @settings(deadline=None)
-@given(st.integers(min_value=1, max_value=30), st.integers(min_value=0, max_value=400))
-def test_offset_for_timestamp_finds_the_first_record_at_or_after(count: int, wanted: int) -> None:
+@given(
+    st.integers(min_value=1, max_value=30),
+    st.integers(min_value=0, max_value=400),
+    st.booleans(),
+)
+def test_record_timestamps_read_every_record(count: int, wanted: int, compress: bool) -> None:
     data = make_batch(count, first_ts=BASE_TS, step_ms=10)
-    found = record_offset_for_timestamp(data, 100, BASE_TS + wanted)
-    expected = next((i for i in range(count) if i * 10 >= wanted), 0)
-    assert found == 100 + expected
+    if compress:
+        data = gzipped(data)
+    records = record_timestamps(data, 100)
+    assert records == [(100 + i, BASE_TS + i * 10) for i in range(count)]
 
 
-def test_offset_for_timestamp_over_the_log() -> None:
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_offset_for_timestamp_is_the_exact_record(compress: bool) -> None:
+    # Kafka's FileRecords.searchForTimestamp: the first record at or after the target, with
+    # its own timestamp and its batch's leader epoch, inside a compressed batch too.
     log = ReplicaLog()
-    leader_append(log, make_batch(3, first_ts=BASE_TS, step_ms=10))
-    leader_append(log, make_batch(3, first_ts=BASE_TS + 100, step_ms=10))
+    for first_ts, epoch in ((BASE_TS, 1), (BASE_TS + 100, 2)):
+        data = make_batch(3, first_ts=first_ts, step_ms=10)
+        leader_append(log, gzipped(data) if compress else data, epoch=epoch)
     end = log.log_end_offset
-    assert log.offset_for_timestamp(BASE_TS + 15, end) == (2, BASE_TS + 20)
-    assert log.offset_for_timestamp(BASE_TS + 50, end) == (3, BASE_TS + 120)
+    assert log.offset_for_timestamp(BASE_TS + 15, end) == (2, BASE_TS + 20, 1)
+    assert log.offset_for_timestamp(BASE_TS + 105, end) == (4, BASE_TS + 110, 2)
+    assert log.offset_for_timestamp(BASE_TS + 50, end) == (3, BASE_TS + 100, 2)
     assert log.offset_for_timestamp(BASE_TS + 500, end) is None
     assert log.offset_for_timestamp(BASE_TS + 50, 3) is None  # above the HWM is invisible
-    assert log.max_timestamp_offset(end) == (5, BASE_TS + 120)
+    assert log.max_timestamp_offset(end) == (5, BASE_TS + 120, 2)
+
+
+def test_max_timestamp_is_the_first_record_carrying_it() -> None:
+    # KAFKA-16310: the record's own offset, not its batch's last one.
+    log = ReplicaLog()
+    data = make_batch(4, first_ts=BASE_TS + 40, step_ms=-10)  # 40, 30, 20, 10
+    leader_append(log, gzipped(data))
+    assert log.max_timestamp_offset(log.log_end_offset) == (0, BASE_TS + 40, 0)
+
+
+def test_unreadable_records_answer_with_the_whole_batch() -> None:
+    data = bytearray(gzipped(make_batch(3, first_ts=BASE_TS, step_ms=10)))
+    struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 4)  # "zstd"
+    struct.pack_into(">I", data, 17, crc32c(data[21:]))
+    assert record_timestamps(data, 0) is None
+    log = ReplicaLog()
+    leader_append(log, bytes(data))
+    assert log.offset_for_timestamp(BASE_TS + 15, 3) == (0, BASE_TS + 20, 0)
 
 
 def test_stored_batch_last_sequence_wraps() -> None:

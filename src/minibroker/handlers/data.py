@@ -315,14 +315,17 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> None:
                 entry["offset"] = high_watermark
             elif timestamp in (_EARLIEST, _EARLIEST_LOCAL):
                 entry["offset"] = log.log_start_offset
-            elif timestamp == _MAX_TIMESTAMP:
-                found = log.max_timestamp_offset(high_watermark)
+            elif timestamp >= 0 or timestamp == _MAX_TIMESTAMP:
+                found = (
+                    log.offset_for_timestamp(timestamp, high_watermark)
+                    if timestamp >= 0
+                    else log.max_timestamp_offset(high_watermark)
+                )
+                # Nothing found: offset and timestamp -1 and no epoch, as Kafka answers.
+                entry["leader_epoch"] = -1
                 if found is not None:
-                    entry["offset"], entry["timestamp"] = found
-            elif timestamp >= 0:
-                found = log.offset_for_timestamp(timestamp, high_watermark)
-                if found is not None:
-                    entry["offset"], entry["timestamp"] = found
+                    entry["offset"], entry["timestamp"] = found.offset, found.timestamp
+                    entry["leader_epoch"] = found.leader_epoch
             else:
                 entry["error_code"] = ErrorCode.invalid_request
         topics.append({"name": list_topic.name, "partitions": entries})
