@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import urllib.error
@@ -27,6 +28,7 @@ from minibroker.errors import MinibrokerError
 __all__ = ["format_describe", "main"]
 
 DEFAULT_CONTROL_PORT = 9700
+_SIGPIPE_EXIT = 128 + signal.SIGPIPE
 
 
 def _key_values(pairs: Sequence[str]) -> dict[str, str]:
@@ -185,7 +187,17 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.mode == "ctl":
-        return _ctl(args)
+        try:
+            code = _ctl(args)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`minibroker ctl describe | head`). Point stdout at
+            # /dev/null so the flush at exit cannot fail again, and end as a shell reports a
+            # writer that SIGPIPE ended. Python ignores SIGPIPE, so restoring its default
+            # instead would also kill `start`'s server on a client that hung up.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return _SIGPIPE_EXIT
+        return code
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

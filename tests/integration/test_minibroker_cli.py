@@ -132,6 +132,30 @@ def test_ctl_reports_errors_and_a_missing_endpoint(
     assert "no cluster control endpoint" in absent.stderr
 
 
+def test_ctl_output_into_a_closed_pipe_ends_quietly(
+    running: tuple[subprocess.Popen[str], str, int],
+) -> None:
+    # `minibroker ctl describe | head`: head exits after its lines and the pipe closes while
+    # ctl is still writing. Far more than a pipe buffer (64 KiB) of output makes the write
+    # block until the reader is gone, so the broken pipe happens every time.
+    _, _, port = running
+    ctl(port, "create-topic", "wide", "-p", "2000", "-r", "1")
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "minibroker.cli", "ctl", "--control-port", str(port), "describe"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None
+    assert reader.stderr is not None
+    assert reader.stdout.readline().startswith("Broker: 1")
+    reader.stdout.close()
+    stderr = reader.stderr.read()
+    reader.stderr.close()
+    assert reader.wait(60) == 141  # what a shell reports for a writer SIGPIPE ended
+    assert stderr == ""
+
+
 def test_describe_table_format() -> None:
     described = {
         "brokers": [
