@@ -13,6 +13,9 @@ from aiokafka import (  # type: ignore[import-untyped,unused-ignore]  # no py.ty
     ConsumerRecord,
     TopicPartition,
 )
+from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+    TransactionalIdAuthorizationFailed,
+)
 
 from minibroker import AsyncCluster, MinibrokerError
 
@@ -123,6 +126,22 @@ def test_group_rebalances_and_a_restarted_member_resumes() -> None:
             await restarted.stop()
         # only the 20 new messages: everything before was committed
         assert len(rest) == 20
+
+    run(scenario)
+
+
+def test_transactional_producer_fails_at_once_naming_the_cause() -> None:
+    async def scenario(cluster: AsyncCluster) -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cluster.bootstrap_servers, transactional_id="tx-refused"
+        )
+        started = time.monotonic()
+        try:
+            with pytest.raises(TransactionalIdAuthorizationFailed):
+                await producer.start()
+        finally:
+            await producer.stop()
+        assert time.monotonic() - started < 5
 
     run(scenario)
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from minibroker import Cluster
 
@@ -186,3 +186,19 @@ def test_offsets_for_times_finds_the_exact_record_in_a_batch(
     finally:
         consumer.close()
     assert [tp.offset for tp in found] == [0, 2, 2, 4, -1]
+
+
+def test_init_transactions_fails_at_once_naming_the_cause(cluster: Cluster) -> None:
+    # minibroker has no transactions: the client must say so within a round trip or two, not
+    # retry a "coordinator not available" for the whole timeout and blame the coordinator.
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": "tx-refused"}
+    )
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as raised:
+        producer.init_transactions(30)
+    assert time.monotonic() - started < 5
+    error = raised.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert error.fatal()
+    assert "does not support transactions" in error.str()

@@ -47,6 +47,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _GROUP_KEY = 0
+_TRANSACTION_KEY = 1
+_NO_TRANSACTIONS = (
+    "minibroker does not support transactions; produce without transactional.id "
+    "(an idempotent producer works)"
+)
 _BATCHED_FIND_COORDINATOR = 4
 _BATCHED_LEAVE_GROUP = 3
 _NULLABLE_PROTOCOL_NAME = 7
@@ -131,10 +136,22 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> None:
 
     def answer(key: str) -> dict[str, Any]:
         if key_type != _GROUP_KEY:
+            # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried for the whole
+            # init timeout and then reported as a missing coordinator; the error Kafka gives a
+            # client that may not use a transactional id is fatal at once, and librdkafka
+            # prints our message with it. Any other key type is malformed (Kafka's
+            # CoordinatorType.forId refuses it).
+            transactional = key_type == _TRANSACTION_KEY
+            if transactional:
+                logger.warning("FindCoordinator for transactional id %r refused", key)
             return {
                 "key": key,
-                "error_code": ErrorCode.coordinator_not_available,
-                "error_message": "minibroker has no transaction coordinator",
+                "error_code": ErrorCode.transactional_id_authorization_failed
+                if transactional
+                else ErrorCode.invalid_request,
+                "error_message": _NO_TRANSACTIONS
+                if transactional
+                else f"unknown coordinator key type {key_type}",
                 "node_id": -1,
                 "host": "",
                 "port": -1,
