@@ -223,6 +223,11 @@ class AsyncCluster:
             states.extend(_partition_state(runtime, p) for p in found.partitions)
         return states
 
+    def group_coordinator(self, group_id: str) -> int:
+        """The broker FindCoordinator names for ``group_id``: the leader of the group's
+        ``__consumer_offsets`` partition (-1 while it has none)."""
+        return self._live().groups.coordinator_for(group_id)
+
     def brokers(self) -> list[BrokerState]:
         runtime = self._live()
         controller = runtime.controller
@@ -431,6 +436,10 @@ class Cluster:
 
     def describe(self, topic: str | None = None) -> list[PartitionState]:
         return self._call(lambda: self._cluster.describe(topic))
+
+    def group_coordinator(self, group_id: str) -> int:
+        """See ``AsyncCluster.group_coordinator``."""
+        return self._call(lambda: self._cluster.group_coordinator(group_id))
 
     def brokers(self) -> list[BrokerState]:
         return self._call(self._cluster.brokers)

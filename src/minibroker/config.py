@@ -49,6 +49,7 @@ class ConfigType(enum.IntEnum):
     BOOLEAN = 1
     STRING = 2
     INT = 3
+    SHORT = 4
     LONG = 5
     LIST = 7
 
@@ -218,6 +219,22 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _defs(
         parse=_int(1, _INT32_MAX),
         dynamic=False,
         doc="Largest session timeout a consumer may ask for.",
+    ),
+    ConfigDef(
+        name="offsets.topic.num.partitions",
+        type=ConfigType.INT,
+        default="50",
+        parse=_int(1, _INT32_MAX),
+        dynamic=False,
+        doc="Partitions of __consumer_offsets; a group's coordinator leads the group's one.",
+    ),
+    ConfigDef(
+        name="offsets.topic.replication.factor",
+        type=ConfigType.SHORT,
+        default="3",
+        parse=_int(1, 32767),
+        dynamic=False,
+        doc="Replicas of each __consumer_offsets partition (at most the number of brokers).",
     ),
     ConfigDef(
         name="log.retention.ms",

@@ -13,6 +13,12 @@ unfenced replica, whose log becomes the truth; otherwise the partition goes offl
 and keeps its last ISR member, which is elected when it returns (KIP-841). Every leader change
 bumps the leader epoch. A broker that restarts before it was fenced is fenced and unfenced at
 once, as KRaft does with a new broker incarnation.
+
+Group coordinators follow the leaders of ``__consumer_offsets`` (:class:`OffsetsPartition`):
+minibroker keeps no log for that topic, only who leads each partition, elected by the same rules
+(a fenced leader is replaced by its first unfenced replica, a returning replica leads a partition
+that had none, the preferred replica takes it back only with ``auto.leader.rebalance.enable``).
+So a group moves when its partition's leadership moves, never merely because a broker returned.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from minibroker.config import ConfigStore, validate_topic_configs, validate_topi
 from minibroker.errors import ConfigError, TopicError
 from minibroker.replication import Partition, PartitionListener
 
-__all__ = ["BrokerStatus", "Controller", "Topic", "assign_replicas"]
+__all__ = ["BrokerStatus", "Controller", "OffsetsPartition", "Topic", "assign_replicas"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +53,15 @@ class Topic:
     partitions: list[Partition]
     configs: dict[str, str] = field(default_factory=dict)
     max_message_bytes: int = 1048588
+
+
+@dataclass(slots=True, kw_only=True)
+class OffsetsPartition:
+    """A ``__consumer_offsets`` partition: its replicas and leader (-1 while none is alive)."""
+
+    index: int
+    replicas: tuple[int, ...]
+    leader: int
 
 
 @dataclass(slots=True)
@@ -99,6 +114,19 @@ class Controller:
         self._session_timeout_s = configs.settings.get_int("broker.session.timeout.ms") / 1000
         self._lag_time_s = configs.settings.get_int("replica.lag.time.max.ms") / 1000
         self._auto_rebalance = configs.settings.get_bool("auto.leader.rebalance.enable")
+        offsets_rf = min(
+            configs.settings.get_int("offsets.topic.replication.factor"), len(broker_ids)
+        )
+        self.offsets_partitions = [
+            OffsetsPartition(index=i, replicas=replicas, leader=replicas[0])
+            for i, replicas in enumerate(
+                assign_replicas(
+                    configs.settings.get_int("offsets.topic.num.partitions"),
+                    offsets_rf,
+                    broker_ids,
+                )
+            )
+        ]
 
     # ----------------------------------------------------------------- PartitionListener
 
@@ -352,6 +380,9 @@ class Controller:
         broker.status = BrokerStatus.RUNNING
         self.metadata_version += 1
         logger.info("Broker %d registered again and is unfenced", broker_id)
+        for offsets in self.offsets_partitions:
+            if offsets.leader < 0 and broker_id in offsets.replicas:
+                self._move_coordinator(offsets, broker_id, "a replica returned")
         for partition in self.partitions():
             if broker_id not in partition.replicas:
                 continue
@@ -389,6 +420,10 @@ class Controller:
             else:
                 for broker_id in broker_ids:
                     partition.remove_from_isr(broker_id, f"broker {broker_id} was fenced")
+        for offsets in self.offsets_partitions:
+            if offsets.leader in fenced:
+                alive = [r for r in offsets.replicas if not self.is_fenced(r)]
+                self._move_coordinator(offsets, alive[0] if alive else -1, "leader fenced")
         self.metadata_version += 1
         if elections:
             logger.info("Controller elected leaders for %d partitions in one batch", elections)
@@ -440,3 +475,17 @@ class Controller:
                 and self.is_running(preferred)
             ):
                 partition.elect(preferred, partition.isr, now, "preferred replica is back in sync")
+        for offsets in self.offsets_partitions:
+            preferred = offsets.replicas[0]
+            if offsets.leader != preferred and self.is_running(preferred):
+                self._move_coordinator(offsets, preferred, "preferred replica is back")
+
+    def _move_coordinator(self, offsets: OffsetsPartition, leader: int, reason: str) -> None:
+        logger.info(
+            "__consumer_offsets-%d: leader %d -> %d (%s); its groups move",
+            offsets.index,
+            offsets.leader,
+            leader,
+            reason,
+        )
+        offsets.leader = leader

@@ -70,7 +70,9 @@ Mapping to the wire:
   be answered UNKNOWN_TOPIC_OR_PARTITION by the shell before calling in. OffsetFetch v8+ asks
   for several groups: call :meth:`GroupCoordinator.fetch_offsets` once per group.
 * FindCoordinator: :func:`coordinator_partition` is Kafka's ``__consumer_offsets`` partition for
-  a group (Java ``String.hashCode``), a stable way to spread coordinators over brokers.
+  a group (Java ``String.hashCode``); the shell names that partition's leader. When the leader
+  stops or moves, call :meth:`GroupCoordinator.unload` with the partition, and
+  :meth:`GroupCoordinator.load` once a running broker leads it again.
 * Error codes are Kafka's numbers (:class:`GroupError` is an ``IntEnum``), so
   ``kio.schema.errors.ErrorCode(result.error_code)`` converts them.
 
@@ -169,6 +171,7 @@ _BROKER_KEYS = {
     "group.max.session.timeout.ms": "max_session_timeout_ms",
     "group.max.size": "max_size",
     "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+    "offsets.topic.num.partitions": "offsets_partitions",
 }
 
 
@@ -186,6 +189,7 @@ class GroupConfig:
     max_session_timeout_ms: int = 1_800_000
     max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
+    offsets_partitions: int = 50
 
     def __post_init__(self) -> None:
         for name in _BROKER_KEYS.values():
@@ -205,13 +209,16 @@ class GroupConfig:
             )
         if self.max_size < 1:
             raise GroupConfigError("max_size=0 would refuse every member; use 1 or more")
+        if self.offsets_partitions < 1:
+            raise GroupConfigError("offsets_partitions=0: __consumer_offsets needs a partition")
 
     @classmethod
     def from_broker_config(cls, config: Mapping[str, object]) -> GroupConfig:
         """Read Kafka's broker keys (``group.initial.rebalance.delay.ms``,
         ``group.min.session.timeout.ms``, ``group.max.session.timeout.ms``, ``group.max.size``,
-        ``offset.metadata.max.bytes``) from a broker config; other keys are ignored and the
-        mapping is not modified. Values may be ints or decimal strings."""
+        ``offset.metadata.max.bytes``, ``offsets.topic.num.partitions``) from a broker config;
+        other keys are ignored and the mapping is not modified. Values may be ints or decimal
+        strings."""
         kwargs: dict[str, int] = {}
         for key, name in _BROKER_KEYS.items():
             if key not in config:
@@ -426,6 +433,7 @@ class _Member:
 @dataclass(slots=True, kw_only=True)
 class _Group:
     group_id: str
+    offsets_partition: int
     state: GroupState = GroupState.EMPTY
     generation_id: int = 0
     protocol_type: str | None = None
@@ -483,6 +491,8 @@ class GroupCoordinator:
         self._open: dict[int, Ticket] = {}
         self._outbox: list[Completion] = []
         self._now_s = clock()
+        # __consumer_offsets partitions whose groups no running broker has loaded.
+        self._unloaded: set[int] = set()
 
     @property
     def config(self) -> GroupConfig:
@@ -529,8 +539,76 @@ class GroupCoordinator:
         self._groups.clear()
         self._timers.clear()
         self._open.clear()
+        self._unloaded.clear()
         out, self._outbox = self._outbox, []
         return out
+
+    # ---------------------------------------------------------------- coordinator moves
+
+    def unload(self, offsets_partition: int) -> None:
+        """The broker leading ``__consumer_offsets`` partition ``offsets_partition`` is gone
+        (stopped, or no longer its leader): nobody coordinates its groups until :meth:`load`.
+
+        As Kafka's ``GroupCoordinator.onGroupUnloaded``: parked JoinGroup and SyncGroup calls
+        complete with NOT_COORDINATOR (collect them with :meth:`tick`); members told
+        MEMBER_ID_REQUIRED are forgotten (Kafka never writes them down). No timer of these
+        groups fires meanwhile: a stopped coordinator expires nobody.
+        """
+        self._advance()
+        if offsets_partition in self._unloaded:
+            return
+        self._unloaded.add(offsets_partition)
+        for group in self._groups_in(offsets_partition):
+            group.pending_members.clear()
+            for member in group.members.values():
+                self._finish_join(member, _join_error(GroupError.NOT_COORDINATOR, member.member_id))
+                self._finish_sync(member, SyncGroupResult(error_code=GroupError.NOT_COORDINATOR))
+            _log.info(
+                "Group %s unloaded with generation %s (offsets partition %s)",
+                group.group_id,
+                group.generation_id,
+                offsets_partition,
+            )
+
+    def load(self, offsets_partition: int) -> None:
+        """A running broker now leads ``__consumer_offsets`` partition ``offsets_partition``
+        and serves its groups.
+
+        As Kafka's ``GroupCoordinator.onGroupLoaded``: every member's session restarts now, so
+        a member that could not reach a coordinator while none was there is not expired for it.
+        A rebalance that was under way resumes with its deadline restarted too (Kafka would
+        reload the last Stable generation and let the members rejoin; both end in a rebalance
+        the clients complete).
+        """
+        self._advance()
+        if offsets_partition not in self._unloaded:
+            return
+        self._unloaded.discard(offsets_partition)
+        for group in self._groups_in(offsets_partition):
+            _log.info(
+                "Group %s loaded with generation %s (offsets partition %s)",
+                group.group_id,
+                group.generation_id,
+                offsets_partition,
+            )
+            for member in group.members.values():
+                deadline = self._now_s + member.session_timeout_ms / 1000
+                member.session_deadline_s = deadline
+                self._schedule(deadline, "session", group.group_id, member.member_id)
+            restart_s = self._now_s + group.rebalance_timeout_ms() / 1000
+            if group.state is GroupState.PREPARING_REBALANCE:
+                self._set_join_deadline(group, restart_s)
+            if group.sync_deadline_s is not None:
+                group.sync_deadline_s = restart_s
+                self._schedule(restart_s, "sync", group.group_id, "")
+            self._maybe_complete_join(group)
+
+    def _groups_in(self, offsets_partition: int) -> list[_Group]:
+        return [g for g in self._groups.values() if g.offsets_partition == offsets_partition]
+
+    def _new_group(self, group_id: str) -> _Group:
+        partition = coordinator_partition(group_id, self._config.offsets_partitions)
+        return _Group(group_id=group_id, offsets_partition=partition)
 
     # ---------------------------------------------------------------- JoinGroup
 
@@ -606,7 +684,7 @@ class GroupCoordinator:
         if group is None:
             if not protocol_type or not protocols:
                 return _join_error(GroupError.INCONSISTENT_GROUP_PROTOCOL, member_id)
-            group = self._groups[group_id] = _Group(group_id=group_id)
+            group = self._groups[group_id] = self._new_group(group_id)
         return self._join_unknown(group, new, require_known_member_id)
 
     def _join_unknown(
@@ -947,7 +1025,7 @@ class GroupCoordinator:
             )
         group = self._groups.get(group_id)
         if group is None:
-            group = self._groups[group_id] = _Group(group_id=group_id)
+            group = self._groups[group_id] = self._new_group(group_id)
         results = []
         for o in offsets:
             metadata = o.metadata or ""
@@ -1364,7 +1442,7 @@ class GroupCoordinator:
         # Timers are never removed from the heap; an entry is live while the state it was
         # scheduled for still holds the same deadline.
         group = self._groups.get(group_id)
-        if group is None:
+        if group is None or group.offsets_partition in self._unloaded:
             return False
         if kind == "session":
             member = group.members.get(member_id)

@@ -542,6 +542,7 @@ class ClusterRuntime:
         broker.stop()
         self._dirty[broker_id].clear()
         self.controller.broker_stopped(broker_id, time.monotonic())
+        self.groups.place_groups()
         logger.warning("Broker %d stopped (listener closed, connections dropped)", broker_id)
 
     async def start_broker(self, broker_id: int) -> None:
@@ -550,6 +551,7 @@ class ClusterRuntime:
             raise BrokerStateError(f"broker {broker_id} is already running")
         await broker.start()
         self.controller.broker_started(broker_id, time.monotonic())
+        self.groups.place_groups()
         logger.warning("Broker %d started on %s:%d", broker_id, broker.host, broker.port)
         self.refresh_followers(only=broker_id)
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from minibroker import Cluster, PartitionState
 
@@ -267,3 +268,65 @@ def test_a_slow_follower_drops_out_of_the_isr_under_load_and_returns_when_fast()
         assert producer.flush(10) == 0
         cluster.slow_broker(follower, 0)
         wait_for(lambda: follower in cluster.partition_state("slow", 0).isr, 3, "the follower back")
+
+
+def group_coordinator_seen_by_client(bootstrap: str, group: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(10)
+    coordinator: int = described.coordinator.id
+    return coordinator
+
+
+def test_a_group_survives_its_coordinator_crashing_and_returning() -> None:
+    # Kafka moves a group only when its __consumer_offsets partition's leadership moves (here:
+    # when the controller fences the crashed broker), never back to a broker merely because it
+    # returned; loading the group restarts every member's session (onGroupLoaded). So a
+    # consumer rides through its coordinator's crash and return without a rebalance.
+    with Cluster(brokers=3, config=FAST) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        cluster.create_topic("ride", partitions=3, replication_factor=3)
+        produce_to(bootstrap, "ride", [0, 1, 2], count=20, prefix="a")
+        assigned: list[int] = []
+        revoked: list[int] = []
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "riders",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 200,
+            }
+        )
+        consumer.subscribe(
+            ["ride"],
+            on_assign=lambda _, parts: assigned.append(len(parts)),
+            on_revoke=lambda _, parts: revoked.append(len(parts)),
+        )
+        got: list[bytes] = []
+
+        def poll_for(seconds: float, until: Callable[[], bool] = lambda: False) -> None:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not until():
+                for msg in consumer.consume(100, 0.05):
+                    assert msg.error() is None, msg.error()
+                    got.append(msg.value() or b"")
+
+        try:
+            poll_for(30, lambda: len(got) >= 60)
+            consumer.commit(asynchronous=False)
+            crashed = group_coordinator_seen_by_client(bootstrap, "riders")
+            cluster.stop_broker(crashed)
+            poll_for(1.5)  # fenced after 300 ms; another replica leads the partition
+            cluster.start_broker(crashed)
+            poll_for(10)  # longer than the session and librdkafka's reconnect backoff
+            produce_to(bootstrap, "ride", [0, 1, 2], count=20, prefix="b")
+            poll_for(30, lambda: len(got) >= 120)
+            consumer.commit(asynchronous=False)
+            assert group_coordinator_seen_by_client(bootstrap, "riders") != crashed
+        finally:
+            consumer.close()
+        assert (assigned, revoked) == ([3], [3])  # the one revocation is close()'s
+        assert sorted(got) == sorted(
+            f"{prefix}{p}-{i}".encode() for prefix in "ab" for p in range(3) for i in range(20)
+        )

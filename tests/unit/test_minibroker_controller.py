@@ -249,3 +249,52 @@ class ElectionMachine(RuleBasedStateMachine):
 
 TestElectionMachine = ElectionMachine.TestCase
 TestElectionMachine.settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
+
+
+def coordinators(controller: Controller) -> dict[int, int]:
+    """How many __consumer_offsets partitions (group coordinators) each broker leads."""
+    counts: dict[int, int] = {}
+    for offsets in controller.offsets_partitions:
+        counts[offsets.leader] = counts.get(offsets.leader, 0) + 1
+    return counts
+
+
+def test_group_coordinators_move_when_fenced_and_do_not_come_back_on_restart() -> None:
+    controller = new_controller(config={"offsets.topic.num.partitions": "6"})
+    assert [p.replicas for p in controller.offsets_partitions][:3] == [
+        (1, 2, 3),
+        (2, 3, 1),
+        (3, 1, 2),
+    ]
+    assert coordinators(controller) == {1: 2, 2: 2, 3: 2}
+    controller.broker_stopped(1, 0.0)
+    controller.tick(0.1)
+    assert coordinators(controller) == {1: 2, 2: 2, 3: 2}  # not fenced yet: still named
+    controller.tick(SESSION_S)
+    assert coordinators(controller) == {2: 3, 3: 3}
+    controller.broker_started(1, 1.0)
+    controller.tick(1.1)
+    assert coordinators(controller) == {2: 3, 3: 3}  # Kafka does not move groups back
+
+
+def test_group_coordinators_return_to_the_preferred_replica_with_auto_rebalance() -> None:
+    controller = new_controller(
+        config={"offsets.topic.num.partitions": "6", "auto.leader.rebalance.enable": "true"}
+    )
+    controller.broker_stopped(1, 0.0)
+    controller.tick(SESSION_S)
+    controller.broker_started(1, 1.0)
+    controller.tick(1.1)
+    assert coordinators(controller) == {1: 2, 2: 2, 3: 2}
+
+
+def test_a_group_coordinator_partition_without_live_replicas_waits_for_one() -> None:
+    controller = new_controller(
+        brokers=3,
+        config={"offsets.topic.num.partitions": "3", "offsets.topic.replication.factor": "1"},
+    )
+    controller.broker_stopped(2, 0.0)
+    controller.tick(SESSION_S)
+    assert [p.leader for p in controller.offsets_partitions] == [1, -1, 3]
+    controller.broker_started(2, 1.0)
+    assert [p.leader for p in controller.offsets_partitions] == [1, 2, 3]

@@ -1037,6 +1037,65 @@ def test_shutdown_answers_every_parked_request_with_not_coordinator() -> None:
     form_group(coord, [fresh])
 
 
+# ----------------------------------------------------------------------------- coordinator moves
+
+
+def test_loading_a_group_restarts_every_members_session() -> None:
+    # Kafka's GroupCoordinator.onGroupLoaded: a member that could not reach a coordinator while
+    # none was there is timed from the load, not from its last heartbeat.
+    coord, clock = make()
+    a, b = Consumer(coord, "a", session_ms=10_000), Consumer(coord, "b", session_ms=10_000)
+    form_group(coord, [a, b])
+    generation = a.generation
+    partition = coordinator_partition(GROUP)
+    clock.advance_ms(2_000)
+    coord.unload(partition)  # the coordinator broker stops
+    clock.advance_ms(9_000)  # fenced after Kafka's broker.session.timeout.ms, 9 s
+    settle(coord, [a, b])
+    coord.load(partition)  # another replica leads the partition now
+    clock.advance_ms(5_000)  # 16 s after the last heartbeat, 5 s after the load
+    settle(coord, [a, b])
+    assert a.heartbeat() == GroupError.NONE
+    description = coord.describe_group(GROUP)
+    assert description.state is GroupState.STABLE
+    assert description.generation_id == generation
+    assert len(description.members) == 2
+    clock.advance_ms(5_000)  # b stays silent: its session ends 10 s after the load
+    assert a.heartbeat() == GroupError.REBALANCE_IN_PROGRESS
+    assert b.heartbeat() == GroupError.UNKNOWN_MEMBER_ID
+
+
+def test_unloading_answers_parked_requests_and_freezes_only_that_partitions_groups() -> None:
+    coord, clock = make()
+    a, b = Consumer(coord, "a"), Consumer(coord, "b")
+    form_group(coord, [a, b])
+    other_group = next(
+        f"g{i}"
+        for i in itertools.count()
+        if coordinator_partition(f"g{i}") != coordinator_partition(GROUP)
+    )
+    other = Consumer(coord, "x", group=other_group, session_ms=5_000)
+    other.join_until_parked_or_done()
+    clock.advance_ms(200)
+    settle(coord, [other])
+    other.send_sync()
+    a.heartbeat()
+    assert isinstance(a.send_join(), Ticket)  # parked: b has not rejoined
+    coord.unload(coordinator_partition(GROUP))
+    completions = coord.tick()
+    assert [(c.ticket, c.result.error_code) for c in completions] == [
+        (a.ticket, GroupError.NOT_COORDINATOR)
+    ]
+    clock.advance_ms(60_000)  # past every deadline of the unloaded group
+    settle(coord, [a, b, other])
+    assert coord.describe_group(GROUP).members  # nobody expired while unloaded
+    assert coord.describe_group(other_group).state is GroupState.EMPTY  # its timers ran
+    coord.load(coordinator_partition(GROUP))
+    clock.advance_ms(REBALANCE_MS)  # the resumed rebalance ends at its restarted deadline
+    settle(coord, [a, b])
+    assert coord.describe_group(GROUP).state is not GroupState.PREPARING_REBALANCE
+
+
 # ----------------------------------------------------------------------------- static membership
 
 

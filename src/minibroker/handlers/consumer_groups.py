@@ -3,16 +3,17 @@ Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups.
 
 One coordinator object holds every group of the cluster (the in-process stand-in for the
 replicated ``__consumer_offsets`` log, so a group survives its coordinator broker stopping).
-Each group is *served* by one running broker, chosen by rendezvous hashing so that only the
-groups of a stopped broker move; any other broker answers NOT_COORDINATOR and the client looks
-the coordinator up again, as with Kafka.
+Each group is *served* by the leader of its ``__consumer_offsets`` partition, as in Kafka; any
+other broker answers NOT_COORDINATOR and the client looks the coordinator up again. While that
+leader is stopped and not yet fenced, FindCoordinator still names it (clients cannot connect and
+retry) and the group's timers stand still; when a running broker takes the partition over, the
+group is loaded there and every member's session restarts (``GroupCoordinator.onGroupLoaded``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from minibroker.groups import (
     OffsetToCommit,
     SyncGroupResult,
     Ticket,
+    coordinator_partition,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ _GROUP_SETTINGS = (
     "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
+    "offsets.topic.num.partitions",
 )
 
 
@@ -74,14 +77,36 @@ class GroupService:
         self._waiting: dict[Ticket, Callable[[JoinGroupResult | SyncGroupResult], None]] = {}
         self._timer: Any = None
         self._closed = False
+        # Which running broker serves each __consumer_offsets partition (-1: none), as the
+        # coordinator last heard; place_groups() compares it with the controller's state.
+        self._serving = [p.leader for p in cluster.controller.offsets_partitions]
+        self._offsets_partitions = self.coordinator.config.offsets_partitions
 
     def coordinator_for(self, group_id: str) -> int:
-        """The running broker that serves ``group_id`` (highest rendezvous score)."""
+        """The broker FindCoordinator names for ``group_id``: its ``__consumer_offsets``
+        partition's leader (possibly stopped and not yet fenced), or -1 if it has none."""
+        partition = coordinator_partition(group_id, self._offsets_partitions)
+        return self.cluster.controller.offsets_partitions[partition].leader
+
+    def place_groups(self) -> None:
+        """Unload the groups of partitions whose leader stopped or moved, load those a running
+        broker now leads. Called whenever brokers stop or start and after the controller's
+        tick (fencing and elections happen there)."""
+        if self._closed:
+            return
         controller = self.cluster.controller
-        running = [b for b in self.cluster.brokers if controller.is_running(b)]
-        if not running:
-            return -1
-        return max(running, key=lambda b: zlib.crc32(f"{group_id}\0{b}".encode()))
+        for offsets in controller.offsets_partitions:
+            leader = offsets.leader
+            serving = leader if leader >= 0 and controller.is_running(leader) else -1
+            was = self._serving[offsets.index]
+            if serving == was:
+                continue
+            self._serving[offsets.index] = serving
+            if was >= 0:
+                self.coordinator.unload(offsets.index)
+            if serving >= 0:
+                self.coordinator.load(offsets.index)
+        self.settle()
 
     def park(
         self, ticket: Ticket, reply: Callable[[JoinGroupResult | SyncGroupResult], None]
@@ -105,7 +130,7 @@ class GroupService:
 
     def tick(self, now: float) -> None:
         if not self._closed:
-            self.settle()
+            self.place_groups()
 
     def close(self) -> None:
         """The cluster is stopping: answer parked requests and stop the timer."""
@@ -135,6 +160,16 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> None:
     key_type = getattr(request, "key_type", _GROUP_KEY)
 
     def answer(key: str) -> dict[str, Any]:
+        broker_id = service.coordinator_for(key)
+        if key_type == _GROUP_KEY and broker_id < 0:
+            return {
+                "key": key,
+                "error_code": ErrorCode.coordinator_not_available,
+                "error_message": "no replica of the group's __consumer_offsets partition is alive",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
         if key_type != _GROUP_KEY:
             # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried for the whole
             # init timeout and then reported as a missing coordinator; the error Kafka gives a
@@ -156,7 +191,6 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> None:
                 "host": "",
                 "port": -1,
             }
-        broker_id = service.coordinator_for(key)
         broker = cluster.brokers[broker_id]
         return {
             "key": key,
