@@ -1,6 +1,7 @@
 """``minibroker`` console script: run a cluster (``start``) and drive it from elsewhere (``ctl``).
 
     minibroker start --brokers 5 [--port 9092] [--control-port 9700] [--config k=v ...]
+                     [--profile fast|kafka-defaults]
     minibroker ctl [--control-port 9700] stop-broker 2 | start-broker 2 | isolate 2 | heal 2
                    | slow 2 --delay-ms 500 | create-topic NAME [-p N] [-r N] [--config k=v]
                    | delete-topic NAME | describe [TOPIC] [--json]
@@ -46,7 +47,13 @@ async def _run(args: argparse.Namespace) -> int:
     from minibroker.control import ControlServer
 
     ports = [args.port + i for i in range(args.brokers)] if args.port else None
-    cluster = AsyncCluster(args.brokers, _key_values(args.config), host=args.host, ports=ports)
+    cluster = AsyncCluster(
+        args.brokers,
+        _key_values(args.config),
+        host=args.host,
+        ports=ports,
+        profile=args.profile,
+    )
     control = ControlServer(cluster, port=args.control_port)
     await cluster.start()
     try:
@@ -160,6 +167,12 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--control-port", type=int, default=DEFAULT_CONTROL_PORT)
     start.add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE", help="broker setting"
+    )
+    start.add_argument(
+        "--profile",
+        choices=("fast", "kafka-defaults"),
+        default="fast",
+        help="defaults of the timing settings: fast (tests) or Kafka's own",
     )
     start.add_argument("--log-level", default="INFO")
 

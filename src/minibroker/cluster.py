@@ -103,7 +103,10 @@ class AsyncCluster:
 
     ``brokers`` brokers with ids 1..n listen on ``host`` (ephemeral ports unless ``ports`` gives
     one per broker). ``config`` takes Kafka broker setting names (see ``minibroker.config``);
-    ``broker_config`` per-broker ones (``broker.rack``). Invalid settings raise ConfigError here.
+    ``broker_config`` per-broker ones (``broker.rack``). ``profile`` picks the defaults of the
+    settings left out: ``"fast"`` (react within a fraction of a second, for tests) or
+    ``"kafka-defaults"`` (Apache Kafka's own; see ``minibroker.config.PROFILES``). Invalid
+    settings raise ConfigError here.
     """
 
     def __init__(
@@ -115,11 +118,12 @@ class AsyncCluster:
         host: str = "127.0.0.1",
         ports: Sequence[int] | None = None,
         cluster_id: str | None = None,
+        profile: str = "fast",
     ) -> None:
         if not isinstance(brokers, int) or brokers < 1:
             raise ConfigError(f"brokers must be a positive integer, got {brokers!r}")
         self.broker_ids = tuple(range(1, brokers + 1))
-        settings = parse_broker_settings(config, broker_config, self.broker_ids)
+        settings = parse_broker_settings(config, broker_config, self.broker_ids, profile)
         self._runtime = ClusterRuntime(
             broker_ids=self.broker_ids,
             settings=settings,
@@ -282,6 +286,7 @@ class Cluster:
         host: str = "127.0.0.1",
         ports: Sequence[int] | None = None,
         cluster_id: str | None = None,
+        profile: str = "fast",
     ) -> None:
         self._cluster = AsyncCluster(
             brokers,
@@ -290,6 +295,7 @@ class Cluster:
             host=host,
             ports=ports,
             cluster_id=cluster_id,
+            profile=profile,
         )
         self.broker_ids = self._cluster.broker_ids
         self._loop: asyncio.AbstractEventLoop | None = None

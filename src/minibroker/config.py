@@ -20,6 +20,7 @@ from minibroker.errors import ConfigError
 __all__ = [
     "BROKER_CONFIGS",
     "PER_BROKER_KEYS",
+    "PROFILES",
     "TOPIC_CONFIGS",
     "BrokerSettings",
     "ConfigDef",
@@ -195,6 +196,14 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _defs(
         doc="Move leadership back to the preferred replica as soon as it is in sync.",
     ),
     ConfigDef(
+        name="leader.imbalance.check.interval.seconds",
+        type=ConfigType.LONG,
+        default="0",  # minibroker: Kafka's is 300 (and at least 1); 0 checks at every tick
+        parse=_int(0),
+        dynamic=False,
+        doc="How often auto.leader.rebalance.enable moves leaders back to preferred replicas.",
+    ),
+    ConfigDef(
         name="group.initial.rebalance.delay.ms",
         type=ConfigType.INT,
         # minibroker: Kafka's is 3000. Not 0: a group leader that gets its JoinGroup answer
@@ -294,6 +303,21 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _defs(
     ),
 )
 
+# Defaults per profile. "fast" (the BROKER_CONFIGS defaults) reacts within a fraction of a
+# second so tests run quickly; "kafka-defaults" takes Apache Kafka's own defaults for every
+# setting whose default minibroker shortens. A setting given in config= wins over either.
+PROFILES: Mapping[str, Mapping[str, str]] = {
+    "fast": {},
+    "kafka-defaults": {
+        "replica.lag.time.max.ms": "30000",
+        "broker.session.timeout.ms": "9000",
+        "auto.leader.rebalance.enable": "true",
+        "leader.imbalance.check.interval.seconds": "300",
+        "group.initial.rebalance.delay.ms": "3000",
+        "group.min.session.timeout.ms": "6000",
+    },
+}
+
 # Settings that may differ between brokers (``Cluster(broker_config={id: {...}})``).
 PER_BROKER_KEYS = frozenset({"broker.rack"})
 
@@ -337,11 +361,16 @@ class BrokerSettings:
 
     static: Mapping[str, str]
     per_broker: Mapping[int, Mapping[str, str]]
+    profile: str = "fast"
+
+    def default(self, name: str) -> str | None:
+        """The value ``name`` takes when nobody set it: the profile's default."""
+        return PROFILES[self.profile].get(name, BROKER_CONFIGS[name].default)
 
     def text(self, name: str) -> str | None:
         if name in self.static:
             return self.static[name]
-        return BROKER_CONFIGS[name].default
+        return self.default(name)
 
     def get_int(self, name: str) -> int:
         value = BROKER_CONFIGS[name].parse(self.text(name) or "")
@@ -359,8 +388,12 @@ def parse_broker_settings(
     config: Mapping[str, object] | None,
     broker_config: Mapping[int, Mapping[str, object]] | None,
     broker_ids: tuple[int, ...],
+    profile: str = "fast",
 ) -> BrokerSettings:
-    """Validate ``Cluster(config=..., broker_config=...)``; raise ConfigError naming the bad key."""
+    """Validate ``Cluster(config=..., broker_config=..., profile=...)``; raise ConfigError
+    naming the bad key or profile."""
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}; the profiles are {sorted(PROFILES)}")
     static: dict[str, str] = {}
     for name, value in (config or {}).items():
         defn = BROKER_CONFIGS.get(name)
@@ -381,7 +414,7 @@ def parse_broker_settings(
                     f"{sorted(PER_BROKER_KEYS)} (put cluster-wide settings in config=)"
                 )
             per_broker.setdefault(broker_id, {})[name] = _checked(BROKER_CONFIGS[name], name, value)
-    settings = BrokerSettings(static=static, per_broker=per_broker)
+    settings = BrokerSettings(static=static, per_broker=per_broker, profile=profile)
     if settings.get_int("group.min.session.timeout.ms") > settings.get_int(
         "group.max.session.timeout.ms"
     ):
@@ -457,7 +490,7 @@ class ConfigStore:
             found.append((name, static[name], ConfigSource.STATIC_BROKER_CONFIG))
         elif name in self.settings.static:
             found.append((name, self.settings.static[name], ConfigSource.STATIC_BROKER_CONFIG))
-        found.append((name, BROKER_CONFIGS[name].default, ConfigSource.DEFAULT_CONFIG))
+        found.append((name, self.settings.default(name), ConfigSource.DEFAULT_CONFIG))
         return found
 
     def broker_text(self, name: str, broker_id: int) -> str | None:

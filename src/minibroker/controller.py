@@ -114,6 +114,10 @@ class Controller:
         self._session_timeout_s = configs.settings.get_int("broker.session.timeout.ms") / 1000
         self._lag_time_s = configs.settings.get_int("replica.lag.time.max.ms") / 1000
         self._auto_rebalance = configs.settings.get_bool("auto.leader.rebalance.enable")
+        self._rebalance_every_s = configs.settings.get_int(
+            "leader.imbalance.check.interval.seconds"
+        )
+        self._last_rebalance_check = now
         offsets_rf = min(
             configs.settings.get_int("offsets.topic.replication.factor"), len(broker_ids)
         )
@@ -462,7 +466,10 @@ class Controller:
         for partition in self.partitions():
             if partition.leader >= 0 and self.is_running(partition.leader):
                 partition.tick(now)
-        if self._auto_rebalance:
+        if self._auto_rebalance and now - self._last_rebalance_check >= self._rebalance_every_s:
+            # Kafka checks every leader.imbalance.check.interval.seconds (300 s by default);
+            # its 10% per-broker imbalance threshold is not modelled.
+            self._last_rebalance_check = now
             self._rebalance_leaders(now)
 
     def _rebalance_leaders(self, now: float) -> None:

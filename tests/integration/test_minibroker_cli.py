@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 
 from minibroker.cli import format_describe
 
@@ -188,3 +190,31 @@ def test_describe_table_format() -> None:
         "Topic: t\tPartition: 0\tLeader: none\tReplicas: 1,2\tIsr: 1\tOffline: 2\t"
         "LeaderEpoch: 4\tHW: 7",
     ]
+
+
+def test_start_with_kafkas_default_timings() -> None:
+    process = subprocess.Popen(
+        [*START, "--brokers", "1", "--control-port", "0", "--profile", "kafka-defaults"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        bootstrap = process.stdout.readline().strip()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+        configs = admin.describe_configs([resource])[resource].result(10)
+        for name, value in [
+            ("replica.lag.time.max.ms", "30000"),
+            ("broker.session.timeout.ms", "9000"),
+            ("group.initial.rebalance.delay.ms", "3000"),
+            ("group.min.session.timeout.ms", "6000"),
+            ("auto.leader.rebalance.enable", "true"),
+        ]:
+            assert (configs[name].value, configs[name].is_default) == (value, True), name
+    finally:
+        process.kill()
+        process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()

@@ -93,3 +93,27 @@ def test_documented_names_are_exported() -> None:
         assert hasattr(minibroker, name)
     assert issubclass(minibroker.ConfigError, minibroker.MinibrokerError)
     assert issubclass(minibroker.TopicError, minibroker.MinibrokerError)
+
+
+def test_kafka_defaults_profile_takes_kafkas_timings_and_config_still_wins() -> None:
+    ids = (1, 2, 3)
+    fast = parse_broker_settings(None, None, ids)
+    kafka = parse_broker_settings({"broker.session.timeout.ms": "500"}, None, ids, "kafka-defaults")
+    assert fast.get_int("replica.lag.time.max.ms") == 1000
+    assert kafka.get_int("replica.lag.time.max.ms") == 30000
+    assert kafka.get_int("group.initial.rebalance.delay.ms") == 3000
+    assert kafka.get_int("group.min.session.timeout.ms") == 6000
+    assert kafka.get_bool("auto.leader.rebalance.enable")
+    assert kafka.get_int("leader.imbalance.check.interval.seconds") == 300
+    assert kafka.get_int("broker.session.timeout.ms") == 500  # given: wins over the profile
+    # DescribeConfigs reports a profile value as a default, as Kafka reports its own.
+    described = {c.name: c for c in ConfigStore(kafka).describe_broker(1)}
+    lag = described["replica.lag.time.max.ms"]
+    assert (lag.value, lag.source) == ("30000", ConfigSource.DEFAULT_CONFIG)
+    session = described["broker.session.timeout.ms"]
+    assert (session.value, session.source) == ("500", ConfigSource.STATIC_BROKER_CONFIG)
+
+
+def test_unknown_profile_is_refused_at_construction() -> None:
+    with pytest.raises(ConfigError, match="unknown profile 'kafka'"):
+        Cluster(brokers=1, profile="kafka")

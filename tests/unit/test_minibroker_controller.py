@@ -298,3 +298,27 @@ def test_a_group_coordinator_partition_without_live_replicas_waits_for_one() -> 
     assert [p.leader for p in controller.offsets_partitions] == [1, -1, 3]
     controller.broker_started(2, 1.0)
     assert [p.leader for p in controller.offsets_partitions] == [1, 2, 3]
+
+
+def test_auto_rebalance_waits_for_the_imbalance_check_interval() -> None:
+    controller = new_controller(
+        brokers=3,
+        config={
+            "auto.leader.rebalance.enable": "true",
+            "leader.imbalance.check.interval.seconds": "300",
+        },
+    )
+    controller.create_topic("t", 1, 3, None, 0.0)
+    partition = controller.partition("t", 0)
+    assert partition is not None
+    controller.broker_stopped(1, 0.0)
+    controller.tick(1.0)
+    controller.broker_started(1, 1.1)
+    for now in (1.3, 150.0, 299.9):
+        partition.fetch_for_follower(1, now)  # broker 1 is back in sync and stays so
+        controller.tick(now)
+        assert 1 in partition.isr
+        assert partition.leader == 2  # Kafka checks every 300 s
+    partition.fetch_for_follower(1, 300.0)
+    controller.tick(300.0)
+    assert partition.leader == 1
