@@ -127,6 +127,7 @@ class Connection(asyncio.Protocol):
         self._slots: deque[_Slot] = deque()
         self._peer = "?"
         self.peer_host = ""
+        self._refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -151,6 +152,32 @@ class Connection(asyncio.Protocol):
             )
             self.abort()
 
+    def refuse(self, reason: str) -> None:
+        """Bad input: read nothing more and close once earlier requests are answered.
+
+        Kafka reads a connection's next request only after it has answered the previous one
+        (the socket server mutes the channel meanwhile), so a bad frame is met after every
+        earlier response went out, and then the connection closes (``InvalidRequestException``
+        while parsing, ``InvalidReceiveException`` for the size).
+        """
+        if self.closed or self._refused:
+            return
+        logger.warning(
+            "Broker %d closes the connection from %s: %s",
+            self.broker.broker_id,
+            self._peer,
+            reason,
+        )
+        self._refused = True
+        self._buffer.clear()
+        self._close_when_answered()
+
+    def _close_when_answered(self) -> None:
+        if self._refused and not self._slots and not self.closed:
+            self.closed = True
+            if self._transport is not None:
+                self._transport.close()  # unlike abort(), sends what is written first
+
     def abort(self) -> None:
         self.closed = True
         self._slots.clear()
@@ -158,15 +185,17 @@ class Connection(asyncio.Protocol):
             self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         buffer = self._buffer
         buffer += data
         position = 0
         limit = self.broker.cluster.socket_request_max_bytes
         available = len(buffer)
-        while available - position >= 4 and not self.closed:
+        while available - position >= 4 and not self.closed and not self._refused:
             size = _LENGTH.unpack_from(buffer, position)[0]
             if size < 0 or size > limit:
-                self.close(
+                self.refuse(
                     f"request frame of {size} bytes exceeds socket.request.max.bytes {limit}"
                     if size > limit
                     else f"negative frame length {size}"
@@ -178,7 +207,7 @@ class Connection(asyncio.Protocol):
             frame = bytes(buffer[position + 4 : end])
             position = end
             self._dispatch(frame)
-        if self.closed:
+        if self.closed or self._refused:
             return
         if position:
             del buffer[:position]
@@ -188,7 +217,7 @@ class Connection(asyncio.Protocol):
         try:
             api_key, api_version, correlation_id = peek_header(frame)
         except MalformedRequest as exc:
-            self.close(str(exc))
+            self.refuse(str(exc))
             return
         if not is_supported(api_key, api_version, cluster.available_versions):
             if api_key == _API_VERSIONS:
@@ -198,12 +227,12 @@ class Connection(asyncio.Protocol):
                 )
                 return
             name = API_NAMES.get(api_key, f"unknown api key {api_key}")
-            self.close(f"{name} v{api_version} is not supported")
+            self.refuse(f"{name} v{api_version} is not supported")
             return
         try:
             request = decode_request(frame)
         except MalformedRequest as exc:
-            self.close(f"malformed request: {exc}")
+            self.refuse(f"malformed request: {exc}")
             return
         context = RequestContext(self, api_key, api_version, correlation_id, request.client_id)
         try:
@@ -240,12 +269,14 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         slots = self._slots
-        if not slots or slots[0].frame is None or self._transport is None:
+        if self._transport is None:
             return
         ready: list[bytes] = []
         while slots and slots[0].frame is not None:
             ready.append(slots.popleft().frame)  # type: ignore[arg-type]
-        self._transport.writelines(ready)
+        if ready:
+            self._transport.writelines(ready)
+        self._close_when_answered()
 
 
 class BrokerRuntime:

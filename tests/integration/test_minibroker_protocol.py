@@ -193,6 +193,9 @@ def test_api_versions_lists_what_is_served_and_answers_unknown_versions_in_v0(
         pytest.param(struct.pack(">hhih", 0, 99, 1, -1), id="unsupported-version"),
         pytest.param(struct.pack(">hhih", 3, 12, 1, -1) + b"\xff\xff\xff", id="garbage-body"),
         pytest.param(b"\x00\x03", id="shorter-than-a-header"),
+        # AddPartitionsToTxn: a real API, not advertised (no transactions). Kafka closes the
+        # connection for an API its listener does not enable.
+        pytest.param(struct.pack(">hhih", 24, 3, 1, -1), id="api-not-advertised"),
     ],
 )
 def test_bad_frames_close_only_their_own_connection(
@@ -219,6 +222,78 @@ def test_bad_frames_close_only_their_own_connection(
 def test_a_frame_over_socket_request_max_bytes_closes_the_connection(wire: Wire) -> None:
     wire.sock.sendall(LEN.pack(100_001) + b"\0" * 64)
     assert wire.closed_by_peer()
+
+
+def test_a_negative_frame_length_closes_the_connection(wire: Wire) -> None:
+    wire.sock.sendall(LEN.pack(-1) + b"\0" * 16)
+    assert wire.closed_by_peer()
+
+
+METADATA_ALL = {
+    "topics": None,
+    "allow_auto_topic_creation": False,
+    "include_topic_authorized_operations": False,
+}
+
+
+def test_requests_before_a_bad_frame_are_answered_then_the_connection_closes(
+    cluster: Cluster,
+) -> None:
+    # Kafka reads a connection's next request only after answering the previous one, so a
+    # Fetch long poll pipelined before a bad frame is still answered, at its max_wait.
+    wire = leader_wire(cluster, "wire", 1)
+    try:
+        fetch = wire.encode(
+            1,
+            12,
+            {
+                "max_wait": 300,
+                "min_bytes": 1_000_000,  # more than there is: waits the whole max_wait
+                "max_bytes": 1_000_000,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": "wire",
+                        "partitions": [
+                            {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 10_000}
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+            },
+        )
+        wire.sock.sendall(LEN.pack(len(fetch)) + fetch + LEN.pack(2) + b"\x00\x03")
+        frame = wire.read_frame()
+        assert frame is not None, "the Fetch before the bad frame was not answered"
+        cls = response_class(1, 12)
+        header, used = entity_reader(cls.__header_schema__)(frame, 0)
+        assert header.correlation_id == wire.correlation_id
+        assert entity_reader(cls)(frame, used)[0].error_code == ErrorCode.none
+        assert wire.closed_by_peer()
+    finally:
+        wire.close()
+
+
+def test_a_connection_stalled_mid_frame_holds_up_nobody(cluster: Cluster, wire: Wire) -> None:
+    wire.sock.sendall(LEN.pack(1000) + b"\0" * 10)  # 990 bytes never come
+    other = Wire(cluster.bootstrap_servers.split(",")[0])
+    try:
+        assert {t.name for t in other.call(3, 12, METADATA_ALL).topics} >= {"wire"}
+    finally:
+        other.close()
+
+
+def test_api_versions_with_an_invalid_client_software_name_is_invalid_request(
+    wire: Wire,
+) -> None:
+    # KIP-511's ApiVersionsRequest.isValid: the connection stays open.
+    refused = wire.call(
+        18, 3, {"client_software_name": "bad name!", "client_software_version": "1.0"}
+    )
+    assert refused.error_code == ErrorCode.invalid_request
+    assert refused.api_keys == ()
+    served = wire.call(18, 3, {"client_software_name": "ok", "client_software_version": "1.0"})
+    assert served.error_code == ErrorCode.none
 
 
 def test_bad_crc_is_corrupt_message_and_nothing_is_appended(cluster: Cluster) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +25,22 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_API_VERSIONS_WITH_CLIENT_SOFTWARE = 3
+_CLIENT_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
 _NO_AUTHORIZED_OPERATIONS = -(2**31)
 # Metadata names a topic by id from v12 on; v10 and v11 carry the field but must leave it unset.
 _METADATA_TOPIC_IDS_VERSION = 12
 
 
 def handle_api_versions(ctx: RequestContext, request: Any) -> None:
+    if ctx.api_version >= _API_VERSIONS_WITH_CLIENT_SOFTWARE and not (
+        _CLIENT_SOFTWARE.fullmatch(request.client_software_name)
+        and _CLIENT_SOFTWARE.fullmatch(request.client_software_version)
+    ):
+        # Kafka's ApiVersionsRequest.isValid (KIP-511): INVALID_REQUEST and no API list.
+        ctx.respond({"error_code": ErrorCode.invalid_request, "api_keys": [], "throttle_time": 0})
+        return
     ctx.respond(
         {
             "error_code": 0,
