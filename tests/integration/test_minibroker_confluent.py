@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -159,7 +160,17 @@ def test_restarted_consumer_resumes_from_its_committed_offset(cluster: Cluster) 
         restarted.close()
 
 
-@pytest.mark.parametrize("compression", ["none", "gzip"])
+def _needs_cramjam(codec: str) -> Any:
+    try:
+        import cramjam  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        return pytest.param(codec, marks=pytest.mark.skip(reason=f"{codec} needs cramjam"))
+    return codec
+
+
+@pytest.mark.parametrize(
+    "compression", ["none", "gzip", *(_needs_cramjam(c) for c in ("snappy", "lz4", "zstd"))]
+)
 def test_offsets_for_times_finds_the_exact_record_in_a_batch(
     cluster: Cluster, compression: str
 ) -> None:

@@ -273,6 +273,22 @@ def test_max_timestamp_is_the_first_record_carrying_it() -> None:
     assert log.max_timestamp_offset(log.log_end_offset) == (0, BASE_TS + 40, 0)
 
 
+def test_snappy_records_in_the_java_clients_xerial_framing_are_read() -> None:
+    cramjam = pytest.importorskip("cramjam")
+    plain = make_batch(6, first_ts=BASE_TS, step_ms=10)
+    records = plain[HEADER_SIZE:]
+    blocks = [records[:40], records[40:]]  # xerial frames split the stream into blocks
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    for block in blocks:
+        compressed = bytes(cramjam.snappy.compress_raw(block))
+        framed += struct.pack(">i", len(compressed)) + compressed
+    out = bytearray(plain[:HEADER_SIZE]) + framed
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">h", out, 21, 2)  # snappy
+    struct.pack_into(">I", out, 17, crc32c(out[21:]))
+    assert record_timestamps(out, 0) == [(i, BASE_TS + 10 * i) for i in range(6)]
+
+
 def test_unreadable_records_answer_with_the_whole_batch() -> None:
     data = bytearray(gzipped(make_batch(3, first_ts=BASE_TS, step_ms=10)))
     struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 4)  # "zstd"
