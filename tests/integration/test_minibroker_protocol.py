@@ -496,3 +496,31 @@ def test_list_offsets_earliest_latest_and_by_timestamp(cluster: Cluster) -> None
         assert offset_for(base + 21) == -1
     finally:
         wire.close()
+
+
+def test_find_coordinator_follows_the_offsets_partition_leader() -> None:
+    # Replication factor 1: when the group's coordinator is fenced, nobody can take its
+    # __consumer_offsets partition over, and Kafka answers COORDINATOR_NOT_AVAILABLE.
+    config = {"offsets.topic.replication.factor": "1", "broker.session.timeout.ms": "1000"}
+    with Cluster(brokers=2, config=config) as cluster:
+        coordinator = cluster.group_coordinator("lonely")
+        other = 3 - coordinator
+        wire = Wire(cluster.bootstrap_servers.split(",")[other - 1])
+        try:
+
+            def find() -> Any:
+                response = wire.call(10, 4, {"key_type": 0, "coordinator_keys": ["lonely"]})
+                return response.coordinators[0]
+
+            assert (find().error_code, find().node_id) == (ErrorCode.none, coordinator)
+            cluster.stop_broker(coordinator)
+            # Not fenced yet: still named, as Kafka names a leader it has not fenced.
+            assert find().node_id == coordinator
+            deadline = time.monotonic() + 10
+            while find().error_code != ErrorCode.coordinator_not_available:
+                assert time.monotonic() < deadline, "never COORDINATOR_NOT_AVAILABLE"
+                time.sleep(0.05)
+            cluster.start_broker(coordinator)
+            assert (find().error_code, find().node_id) == (ErrorCode.none, coordinator)
+        finally:
+            wire.close()

@@ -159,38 +159,35 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> None:
     service = _service(ctx)
     key_type = getattr(request, "key_type", _GROUP_KEY)
 
+    def refused(key: str, error: ErrorCode, message: str) -> dict[str, Any]:
+        return {
+            "key": key,
+            "error_code": error,
+            "error_message": message,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+
     def answer(key: str) -> dict[str, Any]:
-        broker_id = service.coordinator_for(key)
-        if key_type == _GROUP_KEY and broker_id < 0:
-            return {
-                "key": key,
-                "error_code": ErrorCode.coordinator_not_available,
-                "error_message": "no replica of the group's __consumer_offsets partition is alive",
-                "node_id": -1,
-                "host": "",
-                "port": -1,
-            }
-        if key_type != _GROUP_KEY:
+        if key_type == _TRANSACTION_KEY:
             # No transactions here. COORDINATOR_NOT_AVAILABLE would be retried for the whole
             # init timeout and then reported as a missing coordinator; the error Kafka gives a
             # client that may not use a transactional id is fatal at once, and librdkafka
-            # prints our message with it. Any other key type is malformed (Kafka's
-            # CoordinatorType.forId refuses it).
-            transactional = key_type == _TRANSACTION_KEY
-            if transactional:
-                logger.warning("FindCoordinator for transactional id %r refused", key)
-            return {
-                "key": key,
-                "error_code": ErrorCode.transactional_id_authorization_failed
-                if transactional
-                else ErrorCode.invalid_request,
-                "error_message": _NO_TRANSACTIONS
-                if transactional
-                else f"unknown coordinator key type {key_type}",
-                "node_id": -1,
-                "host": "",
-                "port": -1,
-            }
+            # prints our message with it.
+            logger.warning("FindCoordinator for transactional id %r refused", key)
+            return refused(key, ErrorCode.transactional_id_authorization_failed, _NO_TRANSACTIONS)
+        if key_type != _GROUP_KEY:  # Kafka's CoordinatorType.forId refuses it
+            return refused(
+                key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
+            )
+        broker_id = service.coordinator_for(key)
+        if broker_id < 0:
+            return refused(
+                key,
+                ErrorCode.coordinator_not_available,
+                "no replica of the group's __consumer_offsets partition is alive",
+            )
         broker = cluster.brokers[broker_id]
         return {
             "key": key,
