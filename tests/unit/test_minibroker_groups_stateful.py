@@ -12,7 +12,8 @@ A few stray requests come from members that do not exist. After every step:
   leader's member list for g; no member id is in two groups;
 * a parked JoinGroup exists only during a join phase, a parked SyncGroup only while its own
   generation waits for the leader;
-* no timer is overdue after a tick.
+* no timer is overdue after a tick;
+* while a group's coordinator is gone (unloaded, not yet loaded elsewhere) nothing of it changes.
 
 At the end the clock runs until nothing is scheduled: every ticket has been answered or
 cancelled, every member is gone and every group is Empty (nothing leaks).
@@ -42,6 +43,7 @@ from minibroker.groups import (
     OffsetToCommit,
     SyncGroupResult,
     Ticket,
+    coordinator_partition,
 )
 
 GROUPS = ("g1", "g2")
@@ -159,6 +161,7 @@ class GroupMachine(RuleBasedStateMachine):
             assert code in (
                 GroupError.REBALANCE_IN_PROGRESS,
                 GroupError.INCONSISTENT_GROUP_PROTOCOL,
+                GroupError.NOT_COORDINATOR,  # the coordinator moved; join again there
             ), code
 
     def record_view(self, group: str, result: JoinGroupResult) -> None:
@@ -186,6 +189,7 @@ class GroupMachine(RuleBasedStateMachine):
             assert result.error_code in (
                 GroupError.REBALANCE_IN_PROGRESS,
                 GroupError.UNKNOWN_MEMBER_ID,
+                GroupError.NOT_COORDINATOR,
             ), result.error_code
             client.join = None
             if result.error_code == GroupError.UNKNOWN_MEMBER_ID:
@@ -376,6 +380,33 @@ class GroupMachine(RuleBasedStateMachine):
         del self.open[client.ticket]
         self.closed.add(client.ticket.ticket_id)
         client.ticket = None
+        self.drain()
+
+    @rule(
+        group=st.sampled_from(GROUPS),
+        gap_ms=st.sampled_from([0, 300, 9_000, 40_000]),
+        drop_parked=st.booleans(),
+    )
+    def coordinator_moves(self, group: str, gap_ms: int, drop_parked: bool) -> None:
+        # The group's coordinator crashes; another broker loads the group gap_ms later. Parked
+        # requests are answered NOT_COORDINATOR (or their connection drops first), nothing of
+        # the group changes while nobody coordinates it, and the load restarts its sessions.
+        partition = coordinator_partition(group)
+        if drop_parked:
+            for client in self.clients:
+                if client.group == group and client.ticket is not None:
+                    self.coord.cancel(client.ticket)
+                    del self.open[client.ticket]
+                    self.closed.add(client.ticket.ticket_id)
+                    client.ticket = None
+        self.coord.unload(partition)
+        self.drain()
+        assert not any(c.ticket for c in self.clients if c.group == group)
+        before = self.coord.describe_group(group)
+        self.clock.now_s += gap_ms / 1000
+        self.drain()
+        assert self.coord.describe_group(group) == before
+        self.coord.load(partition)
         self.drain()
 
     @rule(group=st.sampled_from(GROUPS))
