@@ -10,6 +10,7 @@ import pytest
 from aiokafka import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     AIOKafkaConsumer,
     AIOKafkaProducer,
+    ConsumerRebalanceListener,
     ConsumerRecord,
     TopicPartition,
 )
@@ -128,6 +129,59 @@ def test_group_rebalances_and_a_restarted_member_resumes() -> None:
         assert len(rest) == 20
 
     run(scenario)
+
+
+def test_a_group_rides_through_its_coordinator_crashing_and_returning() -> None:
+    # The group moves when the controller fences its crashed coordinator and stays where it
+    # went when the broker returns (Kafka moves groups with __consumer_offsets leadership only);
+    # the member is neither expired nor rebalanced, and nothing is delivered twice.
+    async def scenario(cluster: AsyncCluster) -> None:
+        cluster.create_topic("ride", partitions=3, replication_factor=3)
+        await produce(cluster, "ride", 60, acks="all")
+        assignments: list[int] = []
+
+        class Count(ConsumerRebalanceListener):  # type: ignore[misc]  # untyped base
+            async def on_partitions_revoked(self, revoked: object) -> None:
+                pass
+
+            async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+                assignments.append(len(assigned))
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id="riders",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            heartbeat_interval_ms=100,
+            session_timeout_ms=6000,
+        )
+        consumer.subscribe(["ride"], listener=Count())
+        await consumer.start()
+        try:
+            got = await drain([consumer], lambda g: len(g) >= 60)
+            await consumer.commit()
+            crashed = cluster.group_coordinator("riders")
+            cluster.stop_broker(crashed)
+            got += await drain([consumer], _for(1.5))  # fenced after 300 ms, moved
+            await cluster.start_broker(crashed)
+            got += await drain([consumer], _for(8))  # longer than the session timeout
+            await produce(cluster, "ride", 60, acks="all")
+            got += await drain([consumer], lambda g: len(g) >= 60)
+            await consumer.commit()
+            assert cluster.group_coordinator("riders") not in (crashed, -1)
+        finally:
+            await consumer.stop()
+        assert assignments == [3]
+        assert sorted(r.value or b"" for r in got) == sorted(
+            f"m{i}".encode() for i in range(60) for _ in range(2)
+        )
+
+    run(scenario)
+
+
+def _for(seconds: float) -> Callable[[list[ConsumerRecord[bytes, bytes]]], bool]:
+    deadline = time.monotonic() + seconds
+    return lambda _: time.monotonic() >= deadline
 
 
 def test_transactional_producer_fails_at_once_naming_the_cause() -> None:
