@@ -147,3 +147,18 @@ def test_group_rebalances_and_a_restarted_member_resumes(cluster: Cluster) -> No
     finally:
         restarted.close()
     assert sorted(r.value for r in rest) == sorted(f"m{i}".encode() for i in range(20))
+
+
+def test_init_transactions_fails_at_once_naming_the_cause(cluster: Cluster) -> None:
+    from kafka.errors import TransactionalIdAuthorizationFailedError
+
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers, transactional_id="tx-refused"
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            producer.init_transactions()
+    finally:
+        producer.close(timeout=5)
+    assert time.monotonic() - started < 5
