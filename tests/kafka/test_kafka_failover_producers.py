@@ -114,7 +114,8 @@ def test_failover_producer_loses_nothing_when_two_brokers_go(
     topic, bad = new_topic(kafka_cluster, f"sync-{fault}")
     plain_topic, _ = new_topic(kafka_cluster, f"plain-{fault}")
     p = FailoverProducer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "acks": "all"})
-    assert p.health(topic).min_insync_replicas == 2  # learnt from the brokers (DescribeConfigs)
+    # Learnt from the brokers (DescribeConfigs); the first look may have had to assume 1.
+    wait_for(lambda: p.health(topic).min_insync_replicas == 2, 20, "min ISR read from Kafka")
     longest = 0.0
     start = time.monotonic()
     for i in range(MESSAGES):
