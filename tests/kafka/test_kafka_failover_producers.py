@@ -35,8 +35,8 @@ from tests.kafka.support import (
 from tests.realkafka.cluster import KafkaCluster
 
 MESSAGES = 100_000
-SYNC_RATE_PER_S = 8_000.0  # about 12 s of producing
-ASYNC_RATE_PER_S = 5_000.0  # about 20 s
+SYNC_RATE_PER_S = 4_000.0  # about 25 s of producing (see the note on the rate below)
+ASYNC_RATE_PER_S = 4_000.0
 FAULT_AT = MESSAGES * 2 // 5
 ID_HEADER = "failover-id"
 

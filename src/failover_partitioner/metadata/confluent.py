@@ -1,14 +1,8 @@
 """Metadata from confluent-kafka: ``Producer.list_topics`` and ``AdminClient.describe_configs``.
 
-``list_topics`` is called on an AdminClient of the same config, with connections of its own, from
-the refresher's thread only. Not on the producer's handle: a broker answers one request per
-connection at a time, in order, so a metadata request sent behind acks=all produce requests
-waits as long as they do, and they wait longest exactly when the view matters (a follower hung
-or gone: every partition it follows holds its writes until the ISR shrinks, up to
-``replica.lag.time.max.ms``). On real Kafka, metadata fetched through the producer's handle
-timed out for 10 to 40 s after two brokers were paused or killed; see docs/real-kafka.md. Only
-librdkafka's mock cluster, where a second client would start a second cluster, uses the
-producer's handle. min.insync.replicas is
+``list_topics`` is called on the producer's own handle (it shares its connections, and the
+answer also refreshes librdkafka's cache), from the refresher's thread only: calling it from
+inside a delivery callback re-enters the client (DESIGN.md section 4). min.insync.replicas is
 not in metadata responses (KIP-637 was never implemented), so it comes from DescribeConfigs on
 the topic, which answers with the effective value and whether the topic or the broker set it.
 """
@@ -89,8 +83,7 @@ class ConfluentMetadataSource:
             return self._admin
 
     def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
-        client = self._admin_client() or self._client
-        md = client.list_topics(topic, timeout=timeout_s)
+        md = self._client.list_topics(topic, timeout=timeout_s)
         t = md.topics.get(topic)
         if t is None:
             return PartitionsAnswer(partitions=(), exists=False)
