@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test lint bench demo install clean
+.PHONY: test lint bench demo install clean kafka
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# A real Apache Kafka cluster (jars from Maven Central, tests/realkafka/pom.xml) until Ctrl-C.
+kafka: $(STAMP)
+	$(PY) -m tests.realkafka $(KAFKA_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/failover-demo $(DEMO_ARGS)

@@ -13,7 +13,15 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ACTIONS", "ClusterShape", "FaultEvent", "FaultState", "chaos_plan"]
+__all__ = [
+    "ACTIONS",
+    "PROCESS_ACTIONS",
+    "ClusterShape",
+    "FaultEvent",
+    "FaultState",
+    "chaos_plan",
+    "process_plan",
+]
 
 ACTIONS = ("stop", "start", "isolate", "heal", "slow", "unslow")
 
@@ -135,4 +143,63 @@ def chaos_plan(
                 events.append(FaultEvent(at_s=duration_s, cluster=name, action=action, broker=b))
         for b in sorted(state.slowed):
             events.append(FaultEvent(at_s=duration_s, cluster=name, action="unslow", broker=b))
+    return tuple(events)
+
+
+PROCESS_ACTIONS = ("pause", "resume", "kill", "restart")
+
+
+def process_plan(
+    seed: int,
+    duration_s: float,
+    clusters: Mapping[str, ClusterShape],
+    *,
+    gap_s: tuple[float, float] = (2.0, 7.0),
+) -> tuple[FaultEvent, ...]:
+    """Faults for brokers that are processes (the real Kafka cluster): pause (SIGSTOP) and
+    resume, kill (SIGKILL) and restart, never more than ``max_faulted`` brokers of a cluster
+    hurt at once; a hurt broker is only undone (a paused one may also be killed). Gaps are
+    longer than ``chaos_plan``'s: a JVM broker takes seconds to restart and to rejoin."""
+    if duration_s <= 0:
+        raise ValueError(f"duration_s must be > 0, got {duration_s!r}")
+    rng = random.Random(seed)
+    names = sorted(clusters)
+    weights = [clusters[n].weight for n in names]
+    paused: dict[str, set[int]] = {n: set() for n in names}
+    killed: dict[str, set[int]] = {n: set() for n in names}
+    events: list[FaultEvent] = []
+    t = rng.uniform(*gap_s)
+    while t < duration_s:
+        name = rng.choices(names, weights)[0]
+        shape = clusters[name]
+        hurt = paused[name] | killed[name]
+        options: list[tuple[str, int]] = []
+        for b in shape.brokers:
+            if b in paused[name]:
+                options += [("resume", b), ("kill", b)]
+            elif b in killed[name]:
+                options.append(("restart", b))
+            elif len(hurt) < shape.max_faulted:
+                options += [("pause", b), ("kill", b)]
+        action, broker = rng.choice(options)
+        if action == "pause":
+            paused[name].add(broker)
+        elif action == "resume":
+            paused[name].discard(broker)
+        elif action == "kill":
+            paused[name].discard(broker)
+            killed[name].add(broker)
+        else:
+            killed[name].discard(broker)
+        events.append(
+            FaultEvent(
+                at_s=min(round(t, 3), duration_s), cluster=name, action=action, broker=broker
+            )
+        )
+        t += rng.uniform(*gap_s)
+    for name in names:
+        for b in sorted(paused[name]):
+            events.append(FaultEvent(at_s=duration_s, cluster=name, action="resume", broker=b))
+        for b in sorted(killed[name]):
+            events.append(FaultEvent(at_s=duration_s, cluster=name, action="restart", broker=b))
     return tuple(events)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-_LAYERS = ("unit", "integration", "spark", "interop")
+_LAYERS = ("unit", "integration", "spark", "interop", "kafka")
+
+pytest_plugins = ["tests.realkafka.fixtures"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

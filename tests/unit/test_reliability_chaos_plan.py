@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.chaos_plan import ACTIONS, ClusterShape, FaultEvent, FaultState, chaos_plan
+from tests.chaos_plan import (
+    ACTIONS,
+    PROCESS_ACTIONS,
+    ClusterShape,
+    FaultEvent,
+    FaultState,
+    chaos_plan,
+    process_plan,
+)
 
 SHAPES = {
     "source": ClusterShape(brokers=(1, 2, 3, 4, 5), max_faulted=2, weight=3),
@@ -67,3 +75,36 @@ def test_an_event_that_does_not_fit_the_state_is_refused() -> None:
         state.apply(FaultEvent(at_s=1, cluster="c", action="explode", broker=1))
     with pytest.raises(ValueError, match="duration_s must be > 0"):
         chaos_plan(1, 0, SHAPES)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**63), duration_s=st.floats(0.5, 600))
+def test_a_process_plan_keeps_its_budget_undoes_only_what_it_did_and_ends_healed(
+    seed: int, duration_s: float
+) -> None:
+    plan = process_plan(seed, duration_s, SHAPES)
+    paused: dict[str, set[int]] = {name: set() for name in SHAPES}
+    killed: dict[str, set[int]] = {name: set() for name in SHAPES}
+    last = 0.0
+    for event in plan:
+        assert event.action in PROCESS_ACTIONS
+        assert last <= event.at_s <= duration_s
+        last = event.at_s
+        p, k, b = paused[event.cluster], killed[event.cluster], event.broker
+        if event.action == "pause":
+            assert b not in p | k
+            p.add(b)
+        elif event.action == "resume":
+            assert b in p
+            p.discard(b)
+        elif event.action == "kill":
+            assert b not in k
+            p.discard(b)
+            k.add(b)
+        else:
+            assert b in k
+            k.discard(b)
+        assert len(p | k) <= SHAPES[event.cluster].max_faulted, event
+    assert not any(paused.values())
+    assert not any(killed.values())
+    assert process_plan(3, 60, SHAPES) == process_plan(3, 60, SHAPES)

@@ -1,0 +1,106 @@
+"""What the real-Kafka tests share: a topic whose degraded partitions are known in advance,
+waiting for the cluster's view, and reading a topic back to its end."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.realkafka.cluster import KafkaCluster
+
+PARTITIONS = 12
+FAULTY = (4, 5)  # the brokers the scenarios pause or kill
+
+
+def spread(brokers: int = 5, partitions: int = PARTITIONS) -> list[list[int]]:
+    """A replica assignment (RF 3) using every 3-broker set in turn, leaders rotating.
+
+    With brokers 4 and 5 down, exactly the partitions whose set holds both fall under
+    min.insync.replicas=2: with 5 brokers and 12 partitions, partitions 5, 8 and 9.
+    """
+    sets = list(itertools.combinations(range(1, brokers + 1), 3))
+    out = []
+    for p in range(partitions):
+        replicas = list(sets[p % len(sets)])
+        shift = p % 3
+        out.append(replicas[shift:] + replicas[:shift])
+    return out
+
+
+def doomed(assignment: list[list[int]], down: tuple[int, ...] = FAULTY) -> set[int]:
+    """Partitions left with fewer than two live replicas when ``down`` are gone."""
+    return {p for p, replicas in enumerate(assignment) if len(set(replicas) - set(down)) < 2}
+
+
+def new_topic(
+    cluster: KafkaCluster, prefix: str, *, config: dict[str, str] | None = None
+) -> tuple[str, set[int]]:
+    """A fresh topic of 12 partitions, RF 3 (spread as above); its partitions doomed by 4+5."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    assignment = spread()
+    cluster.create_topic(name, assignment=assignment, config=config)
+    return name, doomed(assignment)
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    state: Callable[[], object] = lambda: "",
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {state()}")
+        time.sleep(0.1)
+
+
+def degraded(cluster: KafkaCluster, topic: str, min_isr: int = 2) -> set[int]:
+    """Partitions that take no acks=all write: ISR below the minimum or no leader."""
+    return {v.partition for v in cluster.describe(topic) if v.leader < 0 or len(v.isr) < min_isr}
+
+
+def whole(cluster: KafkaCluster, topic: str) -> bool:
+    """Every partition led and its ISR all its replicas."""
+    views = cluster.describe(topic)
+    return bool(views) and all(v.leader >= 0 and set(v.isr) == set(v.replicas) for v in views)
+
+
+def read_back(
+    bootstrap: str, topic: str, partitions: int = PARTITIONS, timeout_s: float = 120.0
+) -> list[Any]:
+    """Every record of ``topic`` up to the high watermarks at the time of the call."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-back-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+            "log_level": 0,
+        }
+    )
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+        out: list[Any] = []
+        position = dict.fromkeys(range(partitions), 0)
+        deadline = time.monotonic() + timeout_s
+        while any(position[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            for message in consumer.consume(5000, 0.2):
+                partition, offset = message.partition(), message.offset()
+                if message.error() is None and partition is not None and offset is not None:
+                    out.append(message)
+                    position[partition] = offset + 1
+        short = {p: (position[p], ends[p]) for p in ends if position[p] < ends[p]}
+        assert not short, f"could not read {topic} to its end (position, end): {short}"
+        return out
+    finally:
+        consumer.close()
