@@ -1,10 +1,11 @@
 """Real Apache Kafka for the interop layer.
 
-Two ways to get one, in this order:
-- ``KAFKA_BOOTSTRAP=host:port`` names an existing cluster (fault injection is then impossible, so
-  the tests that need it skip with a message);
-- testcontainers starts ``apache/kafka`` when a Docker engine answers.
-Without either, every interop test skips with the reason.
+Three ways to get one, in this order:
+- ``KAFKA_BOOTSTRAP=host:port`` names an existing cluster;
+- testcontainers starts ``apache/kafka`` when a Docker engine answers;
+- otherwise the session's real cluster of tests/realkafka (Kafka's jars from Maven Central, run
+  as JVM processes), which skips with its reason where Java or Maven is missing (and fails
+  instead under ``REALKAFKA_REQUIRED=1``, as in CI).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ KAFKA_IMAGE = os.environ.get("KAFKA_IMAGE", "apache/kafka:3.9.1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RealKafka:
     bootstrap_servers: str
-    source: str  # "KAFKA_BOOTSTRAP" or "testcontainers"
+    source: str  # "KAFKA_BOOTSTRAP", "testcontainers" or "maven"
 
 
 def _docker_reachable() -> str | None:
@@ -44,17 +45,15 @@ def _docker_reachable() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def real_kafka() -> Iterator[RealKafka]:
+def real_kafka(request: pytest.FixtureRequest) -> Iterator[RealKafka]:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     if bootstrap:
         yield RealKafka(bootstrap_servers=bootstrap, source="KAFKA_BOOTSTRAP")
         return
-    why = _docker_reachable()
-    if why is not None:
-        pytest.skip(
-            "interop needs real Kafka: set KAFKA_BOOTSTRAP=host:port for an existing cluster, "
-            f"or run where a Docker engine is reachable for testcontainers; here {why}"
-        )
+    if _docker_reachable() is not None:  # no Docker: the cluster started from Maven's jars
+        cluster = request.getfixturevalue("_kafka_session_cluster")
+        yield RealKafka(bootstrap_servers=cluster.bootstrap_servers, source="maven")
+        return
     from testcontainers.kafka import KafkaContainer
 
     with KafkaContainer(KAFKA_IMAGE).with_kraft() as container:

@@ -1,0 +1,103 @@
+"""Figures of the real Kafka cluster (tests/realkafka) for docs/real-kafka.md.
+
+    python bench/kafka_cluster_figures.py [--starts 5] [--cold] [--messages 200000]
+
+- ``--cold``: fetch Kafka's jars with empty caches (a fresh REALKAFKA_CACHE and a fresh Maven
+  local repository), as on a clean machine, and time it;
+- the time to start a 5-broker cluster (controller + brokers, storage formatted, every broker
+  unfenced), ``--starts`` times, median and range;
+- the cluster's peak memory: the sum over its six JVMs of their peak resident set (VmHWM) after
+  ``--messages`` messages of 100 bytes written with acks=all to 12 partitions (RF 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer  # noqa: E402
+from tests.realkafka.cluster import KafkaCluster  # noqa: E402
+from tests.realkafka.jars import ensure_jars  # noqa: E402
+
+
+def peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cold_fetch_s() -> float:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as repo:
+        os.environ["REALKAFKA_CACHE"] = cache
+        os.environ["MAVEN_OPTS"] = f"-Dmaven.repo.local={repo}"
+        began = time.monotonic()
+        try:
+            ensure_jars()
+        finally:
+            del os.environ["REALKAFKA_CACHE"]
+            del os.environ["MAVEN_OPTS"]
+        return time.monotonic() - began
+
+
+def load(cluster: KafkaCluster, messages: int) -> float:
+    cluster.create_topic("load", partitions=12, replication_factor=3)
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5}
+    )
+    value = b"x" * 100
+    began = time.monotonic()
+    for _ in range(messages):
+        while True:
+            try:
+                producer.produce("load", value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(120)
+    return messages / (time.monotonic() - began)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--starts", type=int, default=5)
+    ap.add_argument("--cold", action="store_true", help="also time a fetch with empty caches")
+    ap.add_argument("--messages", type=int, default=200_000)
+    args = ap.parse_args()
+    jars = ensure_jars()
+    print(f"Kafka {jars.version}, {os.cpu_count()} cores")
+    if args.cold:
+        print(f"fetch with empty caches: {cold_fetch_s():.1f} s")
+    times: list[float] = []
+    for i in range(args.starts):
+        with KafkaCluster(5, min_insync_replicas=2, jars=jars) as cluster:
+            assert cluster.started_s is not None
+            times.append(cluster.started_s)
+            if i == args.starts - 1:
+                rate = load(cluster, args.messages)
+                pids = [pid for pid in cluster.pids().values() if pid is not None]
+                peak = sum(peak_rss_bytes(pid) for pid in pids)
+                each = [peak_rss_bytes(pid) / 2**20 for pid in pids]
+    print(
+        f"5-broker start: median {statistics.median(times):.1f} s, "
+        f"range {min(times):.1f}-{max(times):.1f} s over {len(times)} starts"
+    )
+    print(
+        f"peak memory after {args.messages:,} messages ({rate:,.0f} msg/s): "
+        f"{peak / 2**20:,.0f} MiB over {len(each)} JVMs "
+        f"({', '.join(f'{m:.0f}' for m in each)} MiB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
