@@ -7,7 +7,10 @@
 - the time to start a 5-broker cluster (controller + brokers, storage formatted, every broker
   unfenced), ``--starts`` times, median and range;
 - the cluster's peak memory: the sum over its six JVMs of their peak resident set (VmHWM) after
-  ``--messages`` messages of 100 bytes written with acks=all to 12 partitions (RF 3).
+  ``--messages`` messages of 100 bytes written with acks=all to 12 partitions (RF 3);
+- ``--faults``: what each fault does to one broker (4), as the metadata a client reads shows it:
+  seconds until it left every ISR it was in, until it led no partition, until the metadata
+  stopped listing it (fenced); and after resume/restart, until every ISR was full again.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,11 +71,58 @@ def load(cluster: KafkaCluster, messages: int) -> float:
     return messages / (time.monotonic() - began)
 
 
+def _until(predicate: Callable[[], bool], began: float, limit_s: float = 120.0) -> float:
+    while not predicate():
+        if time.monotonic() - began > limit_s:
+            return float("nan")
+        time.sleep(0.05)
+    return time.monotonic() - began
+
+
+def fault_timings(cluster: KafkaCluster, broker: int = 4) -> list[str]:
+    lines = []
+    for fault, undo in (("pause", "resume"), ("kill", "restart"), ("stop", "restart")):
+        topic = f"faults-{fault}"
+        cluster.create_topic(topic, partitions=12, replication_factor=3)
+        began = time.monotonic()
+        getattr(cluster, fault)(broker)
+
+        def out_of_isrs(t: str = topic) -> bool:
+            return all(broker not in v.isr for v in cluster.describe(t) if v.isr)
+
+        def leads_nothing(t: str = topic) -> bool:
+            views = cluster.describe(t)
+            return bool(views) and all(v.leader != broker for v in views)
+
+        isr_s = _until(out_of_isrs, began)
+        leader_s = _until(leads_nothing, began)
+        fenced_s = _until(lambda: broker not in cluster.live_brokers(), began)
+        began = time.monotonic()
+        if undo == "resume":
+            cluster.resume(broker)
+        else:
+            cluster.restart(broker, wait=False)
+
+        def full(t: str = topic) -> bool:
+            views = cluster.describe(t)
+            return bool(views) and all(set(v.isr) == set(v.replicas) for v in views)
+
+        back_s = _until(full, began)
+        lines.append(
+            f"{fault:>5} broker {broker}: out of every ISR {isr_s:.1f} s, leads nothing "
+            f"{leader_s:.1f} s, unlisted (fenced) {fenced_s:.1f} s; after {undo}: every ISR "
+            f"full {back_s:.1f} s"
+        )
+        cluster.wait_ready()
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--starts", type=int, default=5)
     ap.add_argument("--cold", action="store_true", help="also time a fetch with empty caches")
     ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--faults", action="store_true", help="also time each fault on broker 4")
     args = ap.parse_args()
     jars = ensure_jars()
     print(f"Kafka {jars.version}, {os.cpu_count()} cores")
@@ -87,6 +138,7 @@ def main() -> int:
                 pids = [pid for pid in cluster.pids().values() if pid is not None]
                 peak = sum(peak_rss_bytes(pid) for pid in pids)
                 each = [peak_rss_bytes(pid) / 2**20 for pid in pids]
+                faults = fault_timings(cluster) if args.faults else []
     print(
         f"5-broker start: median {statistics.median(times):.1f} s, "
         f"range {min(times):.1f}-{max(times):.1f} s over {len(times)} starts"
@@ -96,6 +148,8 @@ def main() -> int:
         f"{peak / 2**20:,.0f} MiB over {len(each)} JVMs "
         f"({', '.join(f'{m:.0f}' for m in each)} MiB)"
     )
+    for line in faults:
+        print(line)
     return 0
 
 
