@@ -1,8 +1,8 @@
 """The integration scenarios against real Apache Kafka (see tests/interop/conftest.py).
 
 These are the same outcomes the minibroker tests assert: every message produced through the
-failover producer is consumed back. Fault injection needs control over the brokers, which an
-external cluster does not give, so those scenarios skip there with a message.
+failover producer is consumed back, on whatever real cluster the conftest found. The fault
+scenarios on real Kafka are in tests/kafka, on a cluster whose brokers the tests control.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported at runtime, not in its stub
 
@@ -94,10 +93,3 @@ def test_keyed_messages_land_where_the_java_partitioner_puts_them(real_kafka: Re
         assert producer.flush(60) == 0
     assert placed == {k: murmur2(k, 6) for k in placed}
     assert len(placed) == 300
-
-
-def test_fault_scenarios_need_broker_control(real_kafka: RealKafka) -> None:
-    pytest.skip(
-        f"real Kafka from {real_kafka.source}: stopping or isolating its brokers is outside "
-        "this suite's control; the fault scenarios run against minibroker in tests/integration"
-    )

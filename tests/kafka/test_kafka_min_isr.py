@@ -129,7 +129,9 @@ def send_one(
     return outcome[0]
 
 
-def test_errors_19_and_20_as_the_broker_sends_them(kafka_cluster: KafkaCluster) -> None:
+def test_error_19_at_once_and_7_not_20_for_a_write_held_when_the_isr_shrank(
+    kafka_cluster: KafkaCluster,
+) -> None:
     topic, bad = new_topic(kafka_cluster, "errors")
     # A doomed partition led by a broker that stays up (partition 9: replicas 3, 4, 5).
     partition = next(
