@@ -47,7 +47,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     NewTopic,
 )
 
+from tests.realkafka import security
 from tests.realkafka.jars import KafkaJars, ensure_jars
+from tests.realkafka.security import Tls, make_tls
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +189,9 @@ class KafkaCluster:
 
     ``config`` is added to every broker's properties; ``min_insync_replicas`` sets the
     cluster-wide default on the brokers and on the controller (which reads it for eligible leader
-    replicas, on by default since Kafka 4.1). Use as a context manager, or call ``start()`` and
-    ``close()``.
+    replicas, on by default since Kafka 4.1). ``secured=True`` adds a SASL_SSL listener
+    (SCRAM-SHA-512 over TLS, certificates of the run) and the StandardAuthorizer; see
+    tests/realkafka/security.py. Use as a context manager, or call ``start()`` and ``close()``.
     """
 
     def __init__(
@@ -202,6 +205,7 @@ class KafkaCluster:
         folder: Path | None = None,
         keep_files: bool = False,
         jars: KafkaJars | None = None,
+        secured: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers={brokers}: a cluster needs at least one broker")
@@ -213,6 +217,9 @@ class KafkaCluster:
         self._folder = folder
         self._keep = keep_files
         self._jars = jars
+        self._secured = secured
+        self.tls: Tls | None = None
+        self._secured_ports: dict[int, int] = {}
         self._live = _Live()
         self._finalizer = weakref.finalize(self, self._live.kill_all)
         self.cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
@@ -241,8 +248,15 @@ class KafkaCluster:
         self._live.folder = folder
         self._live.keep = self._keep or self._folder is not None
         (folder / "log4j2.properties").write_text(_LOG4J2)
-        ports = _free_ports(self._count + 1)
+        ports = _free_ports(2 * self._count + 1)
         voters = f"{CONTROLLER_ID}@127.0.0.1:{ports[0]}"
+        secure: dict[str, str] = {}
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        if self._secured:
+            self.tls = make_tls(folder / "tls")
+            secure = security.node_settings()
+            protocols += ",SASL_SSL:SASL_SSL"
+            self._secured_ports = {i: ports[self._count + i] for i in range(1, self._count + 1)}
         min_isr = {} if self._min_isr is None else {"min.insync.replicas": str(self._min_isr)}
         controller = Node(
             node_id=CONTROLLER_ID,
@@ -254,8 +268,9 @@ class KafkaCluster:
                 "controller.quorum.voters": voters,
                 "listeners": f"CONTROLLER://127.0.0.1:{ports[0]}",
                 "controller.listener.names": "CONTROLLER",
-                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "listener.security.protocol.map": protocols,
                 "log.dirs": str(folder / "controller" / "data"),
+                **secure,
                 **CONTROLLER_DEFAULTS,
                 # Topic defaults are the controller's since KRaft (brokers only warn of them).
                 "default.replication.factor": str(min(3, self._count)),
@@ -281,11 +296,13 @@ class KafkaCluster:
                     "node.id": str(i),
                     "controller.quorum.voters": voters,
                     "controller.listener.names": "CONTROLLER",
-                    "listeners": f"PLAINTEXT://127.0.0.1:{ports[i]}",
-                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{ports[i]}",
+                    "listeners": self._listeners(i, ports[i]),
+                    "advertised.listeners": self._listeners(i, ports[i]),
                     "inter.broker.listener.name": "PLAINTEXT",
-                    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    "listener.security.protocol.map": protocols,
                     "log.dirs": str(folder / f"broker-{i}" / "data"),
+                    **secure,
+                    **(security.listener_settings(self.tls) if self.tls else {}),
                     **BROKER_DEFAULTS,
                     **internal,
                     **min_isr,
@@ -300,6 +317,8 @@ class KafkaCluster:
             for node in self._live.nodes:
                 self._spawn(node)
             self.wait_ready(timeout_s=max(10.0, timeout_s - (time.monotonic() - began)))
+            if self._secured:
+                self.add_user(security.ADMIN_USER, security.ADMIN_PASSWORD)
         except BaseException:
             self.close()
             raise
@@ -314,6 +333,76 @@ class KafkaCluster:
 
     def close(self) -> None:
         self._finalizer()
+
+    def _listeners(self, broker_id: int, port: int) -> str:
+        plain = f"PLAINTEXT://127.0.0.1:{port}"
+        if not self._secured:
+            return plain
+        return f"{plain},SASL_SSL://127.0.0.1:{self._secured_ports[broker_id]}"
+
+    # -- security (secured=True) ---------------------------------------------------------------
+
+    @property
+    def secured_bootstrap_servers(self) -> str:
+        """The SASL_SSL listeners (SCRAM-SHA-512 over TLS)."""
+        if not self._secured_ports:
+            raise ClusterError("this cluster was started without secured=True")
+        return ",".join(f"127.0.0.1:{port}" for port in self._secured_ports.values())
+
+    def client_settings(self, user: str, password: str) -> dict[str, str]:
+        """confluent-kafka settings for ``user`` on the secured listener."""
+        assert self.tls is not None, "start the cluster with secured=True"
+        return {
+            "bootstrap.servers": self.secured_bootstrap_servers,
+            **security.confluent_settings(self.tls, user, password),
+        }
+
+    def add_user(self, user: str, password: str, timeout_s: float = 30.0) -> None:
+        """A SCRAM-SHA-512 credential for ``user`` (AlterUserScramCredentials, as an operator)."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        upsert = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
+        )
+        admin = self.admin()
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=timeout_s)
+
+    def allow(
+        self, user: str, operation: str, *, topic: str | None = None, group: str | None = None
+    ) -> None:
+        """An ALLOW ACL for ``user`` on a topic, a group, or (neither) the cluster."""
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        kind, name = (
+            (ResourceType.TOPIC, topic)
+            if topic is not None
+            else (ResourceType.GROUP, group)
+            if group is not None
+            else (ResourceType.BROKER, "kafka-cluster")
+        )
+        binding = AclBinding(
+            kind,
+            name,
+            ResourcePatternType.LITERAL,
+            f"User:{user}",
+            "*",
+            AclOperation[operation.upper()],
+            AclPermissionType.ALLOW,
+        )
+        admin = self.admin()
+        for future in admin.create_acls([binding]).values():
+            future.result(timeout=30)
 
     # -- what a test reads --------------------------------------------------------------------
 
