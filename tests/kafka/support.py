@@ -9,11 +9,21 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tests.realkafka.cluster import KafkaCluster
 
 PARTITIONS = 12
+# Answers of a partition whose leadership is moving; some come marked not retriable.
+_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
 FAULTY = (4, 5)  # the brokers the scenarios pause or kill
 
 
@@ -71,6 +81,31 @@ def whole(cluster: KafkaCluster, topic: str) -> bool:
     return bool(views) and all(v.leader >= 0 and set(v.isr) == set(v.replicas) for v in views)
 
 
+def high_watermarks(
+    bootstrap: str, topic: str, partitions: int = PARTITIONS, timeout_s: float = 60.0
+) -> dict[int, int]:
+    """Each partition's high watermark, asked again while the answer is a retriable error
+    (leadership moves for a while after brokers return: NOT_LEADER_OR_FOLLOWER, ...)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks", "log_level": 0})
+    deadline = time.monotonic() + timeout_s
+    try:
+        out: dict[int, int] = {}
+        for p in range(partitions):
+            while p not in out:
+                try:
+                    out[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                except KafkaException as exc:
+                    error = exc.args[0]
+                    if not error.retriable() and error.code() not in _MOVING:
+                        raise
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"no high watermark of {topic}[{p}]: {error}") from exc
+                    time.sleep(0.2)
+        return out
+    finally:
+        consumer.close()
+
+
 def read_back(
     bootstrap: str, topic: str, partitions: int = PARTITIONS, timeout_s: float = 120.0
 ) -> list[Any]:
@@ -85,10 +120,7 @@ def read_back(
         }
     )
     try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        }
+        ends = high_watermarks(bootstrap, topic, partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
         out: list[Any] = []
         position = dict.fromkeys(range(partitions), 0)

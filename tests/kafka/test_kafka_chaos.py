@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from failover_partitioner.mirror import HEADER_SOURCE
 from tests.chaos_plan import ClusterShape, FaultEvent, process_plan
@@ -39,7 +38,7 @@ from tests.integration.test_reliability_chaos import (
     SyncLoad,
     check_duplicates,
 )
-from tests.kafka.support import whole
+from tests.kafka.support import high_watermarks, whole
 from tests.realkafka.cluster import KafkaCluster
 
 pytestmark = pytest.mark.chaos
@@ -65,17 +64,6 @@ def apply(cluster: KafkaCluster, event: FaultEvent) -> None:
         cluster.restart(b, wait=False)  # it rejoins on its own; the plan goes on meanwhile
     else:
         raise ValueError(f"unknown action {event.action!r}")
-
-
-def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm", "log_level": 0})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
 
 
 def run(

@@ -26,7 +26,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from failover_partitioner.mirror import HEADER_SOURCE
 from tests.integration.test_reliability_mirror_crash import MirrorProcess
-from tests.kafka.support import FAULTY, PARTITIONS, degraded, read_back, spread, wait_for, whole
+from tests.kafka.support import (
+    FAULTY,
+    PARTITIONS,
+    degraded,
+    high_watermarks,
+    read_back,
+    spread,
+    wait_for,
+    whole,
+)
 from tests.realkafka.cluster import KafkaCluster
 
 pytestmark = pytest.mark.chaos
@@ -87,17 +96,6 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     try:
         tps = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
         return {tp.partition: tp.offset for tp in tps}
-    finally:
-        consumer.close()
-
-
-def ends(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", "log_level": 0})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        }
     finally:
         consumer.close()
 
@@ -178,7 +176,7 @@ def test_mirror_killed_three_times_with_target_brokers_paused_loses_nothing(
         assert writer.errors == []
         mirror.wait_logged("assigned " + source, 60)  # the last one runs to the end
         cluster.heal()
-        source_ends = ends(cluster.bootstrap_servers, source)
+        source_ends = high_watermarks(cluster.bootstrap_servers, source)
         assert sum(source_ends.values()) == MESSAGES
         wait_for(
             lambda: committed(cluster.bootstrap_servers, group, source) == source_ends,

@@ -7,11 +7,18 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from failover_partitioner.spark import write_to_kafka
-from tests.kafka.support import FAULTY, PARTITIONS, degraded, new_topic, read_back, wait_for, whole
+from tests.kafka.support import (
+    FAULTY,
+    degraded,
+    high_watermarks,
+    new_topic,
+    read_back,
+    wait_for,
+    whole,
+)
 from tests.realkafka.cluster import KafkaCluster
 
 ROWS = 200_000
@@ -19,14 +26,7 @@ ROWS = 200_000
 
 def stored(bootstrap: str, topic: str) -> int:
     """Records below the high watermarks (what a consumer could read now)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "count", "log_level": 0})
-    try:
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        )
-    finally:
-        consumer.close()
+    return sum(high_watermarks(bootstrap, topic).values())
 
 
 def test_brokers_paused_mid_job_lose_nothing_and_rows_are_rerouted(
