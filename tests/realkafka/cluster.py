@@ -1,4 +1,4 @@
-"""A real Apache Kafka cluster on 127.0.0.1: one KRaft controller and N brokers, each its own JVM.
+"""A real Apache Kafka cluster here: one KRaft controller and N brokers, each its own JVM.
 
 The controller is a process of its own (``process.roles=controller``), so pausing, killing or
 stopping brokers never costs the Raft quorum. Every node's storage is formatted before it starts
@@ -49,6 +49,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from tests.realkafka import security
 from tests.realkafka.jars import KafkaJars, ensure_jars
+from tests.realkafka.netns import Namespaces
 from tests.realkafka.security import Tls, make_tls
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,8 @@ class Node:
     port: int
     folder: Path
     config: dict[str, str]
+    host: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()  # what its JVM runs under (``ip netns exec NS``)
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
 
@@ -170,6 +173,7 @@ class _Live:
     nodes: list[Node] = field(default_factory=list)
     folder: Path | None = None
     keep: bool = False
+    namespaces: Namespaces | None = None
 
     def kill_all(self) -> None:
         for node in reversed(self.nodes):  # brokers first, the controller last
@@ -180,6 +184,9 @@ class _Live:
                 os.kill(process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=30)
+        if self.namespaces is not None:
+            self.namespaces.remove()
+            self.namespaces = None
         if self.folder is not None and not self.keep:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -191,7 +198,10 @@ class KafkaCluster:
     cluster-wide default on the brokers and on the controller (which reads it for eligible leader
     replicas, on by default since Kafka 4.1). ``secured=True`` adds a SASL_SSL listener
     (SCRAM-SHA-512 over TLS, certificates of the run) and the StandardAuthorizer; see
-    tests/realkafka/security.py. Use as a context manager, or call ``start()`` and ``close()``.
+    tests/realkafka/security.py. ``namespaces=True`` runs each node in a network namespace of
+    its own (tests/realkafka/netns.py), which makes ``isolate`` possible; the nodes then listen on
+    10.201.X.Y instead of 127.0.0.1. Use as a context manager, or call ``start()`` and
+    ``close()``.
     """
 
     def __init__(
@@ -206,6 +216,7 @@ class KafkaCluster:
         keep_files: bool = False,
         jars: KafkaJars | None = None,
         secured: bool = False,
+        namespaces: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers={brokers}: a cluster needs at least one broker")
@@ -218,10 +229,12 @@ class KafkaCluster:
         self._keep = keep_files
         self._jars = jars
         self._secured = secured
+        self._want_namespaces = namespaces
         self.tls: Tls | None = None
         self._secured_ports: dict[int, int] = {}
         self._live = _Live()
         self._finalizer = weakref.finalize(self, self._live.kill_all)
+        self._hosts: dict[int, str] = {}
         self.cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
         self.started_s: float | None = None
 
@@ -249,7 +262,16 @@ class KafkaCluster:
         self._live.keep = self._keep or self._folder is not None
         (folder / "log4j2.properties").write_text(_LOG4J2)
         ports = _free_ports(2 * self._count + 1)
-        voters = f"{CONTROLLER_ID}@127.0.0.1:{ports[0]}"
+        hosts = dict.fromkeys(range(self._count + 1), "127.0.0.1")
+        prefixes: dict[int, tuple[str, ...]] = dict.fromkeys(range(self._count + 1), ())
+        if self._want_namespaces:
+            spaces = Namespaces(list(range(self._count + 1)))
+            self._live.namespaces = spaces
+            spaces.create()
+            hosts = {n: spaces.address(n) for n in hosts}
+            prefixes = {n: tuple(spaces.prefix(n)) for n in hosts}
+        self._hosts = hosts
+        voters = f"{CONTROLLER_ID}@{hosts[CONTROLLER_ID]}:{ports[0]}"
         secure: dict[str, str] = {}
         protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
         if self._secured:
@@ -261,12 +283,14 @@ class KafkaCluster:
         controller = Node(
             node_id=CONTROLLER_ID,
             port=ports[0],
+            host=hosts[CONTROLLER_ID],
+            prefix=prefixes[CONTROLLER_ID],
             folder=folder / "controller",
             config={
                 "process.roles": "controller",
                 "node.id": str(CONTROLLER_ID),
                 "controller.quorum.voters": voters,
-                "listeners": f"CONTROLLER://127.0.0.1:{ports[0]}",
+                "listeners": f"CONTROLLER://{hosts[CONTROLLER_ID]}:{ports[0]}",
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": protocols,
                 "log.dirs": str(folder / "controller" / "data"),
@@ -290,6 +314,8 @@ class KafkaCluster:
             Node(
                 node_id=i,
                 port=ports[i],
+                host=hosts[i],
+                prefix=prefixes[i],
                 folder=folder / f"broker-{i}",
                 config={
                     "process.roles": "broker",
@@ -335,10 +361,11 @@ class KafkaCluster:
         self._finalizer()
 
     def _listeners(self, broker_id: int, port: int) -> str:
-        plain = f"PLAINTEXT://127.0.0.1:{port}"
+        host = self._hosts[broker_id]
+        plain = f"PLAINTEXT://{host}:{port}"
         if not self._secured:
             return plain
-        return f"{plain},SASL_SSL://127.0.0.1:{self._secured_ports[broker_id]}"
+        return f"{plain},SASL_SSL://{host}:{self._secured_ports[broker_id]}"
 
     # -- security (secured=True) ---------------------------------------------------------------
 
@@ -347,7 +374,7 @@ class KafkaCluster:
         """The SASL_SSL listeners (SCRAM-SHA-512 over TLS)."""
         if not self._secured_ports:
             raise ClusterError("this cluster was started without secured=True")
-        return ",".join(f"127.0.0.1:{port}" for port in self._secured_ports.values())
+        return ",".join(f"{self._hosts[b]}:{port}" for b, port in self._secured_ports.items())
 
     def client_settings(self, user: str, password: str) -> dict[str, str]:
         """confluent-kafka settings for ``user`` on the secured listener."""
@@ -422,10 +449,11 @@ class KafkaCluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self._brokers())
+        return ",".join(f"{n.host}:{n.port}" for n in self._brokers())
 
     def address(self, broker_id: int) -> str:
-        return f"127.0.0.1:{self._node(broker_id).port}"
+        node = self._node(broker_id)
+        return f"{node.host}:{node.port}"
 
     def pid(self, node_id: int) -> int | None:
         return self._node(node_id).pid
@@ -548,8 +576,26 @@ class KafkaCluster:
         if wait:
             self.wait_ready(timeout_s=timeout_s)
 
+    def isolate(self, broker_id: int) -> None:
+        """Cut the broker off from the controller and every other broker; clients still reach
+        it (needs ``namespaces=True``)."""
+        self._namespaces().isolate(self._node(broker_id).node_id)
+
+    def reconnect(self, broker_id: int) -> None:
+        """Undo ``isolate``."""
+        self._namespaces().reconnect(self._node(broker_id).node_id)
+
+    def _namespaces(self) -> Namespaces:
+        if self._live.namespaces is None:
+            raise ClusterError("isolate needs a cluster started with namespaces=True")
+        return self._live.namespaces
+
     def heal(self, timeout_s: float = 120.0) -> None:
-        """Undo every fault: resume the paused, start the dead, wait until all are unfenced."""
+        """Undo every fault: resume the paused, start the dead, reconnect the isolated, and
+        wait until all are unfenced."""
+        if self._live.namespaces is not None:
+            for node_id in self._live.namespaces.isolated:
+                self._live.namespaces.reconnect(node_id)
         for node in self._brokers():
             if node.paused:
                 self.resume(node.node_id)
@@ -570,7 +616,7 @@ class KafkaCluster:
     def live_brokers(self) -> set[int]:
         """The broker ids the cluster's metadata lists (registered, not fenced)."""
         servers = ",".join(
-            f"127.0.0.1:{n.port}" for n in self._brokers() if n.running and not n.paused
+            f"{n.host}:{n.port}" for n in self._brokers() if n.running and not n.paused
         )
         if not servers:
             return set()
@@ -678,7 +724,7 @@ class KafkaCluster:
             raise ClusterError("formatting storage failed:\n" + "\n".join(failed))
 
     def _spawn(self, node: Node) -> None:
-        command = self._java("kafka.Kafka", str(node.folder / "server.properties"))
+        command = [*node.prefix, *self._java("kafka.Kafka", str(node.folder / "server.properties"))]
         with open(node.log_path, "ab") as out:
             node.process = subprocess.Popen(
                 command,
