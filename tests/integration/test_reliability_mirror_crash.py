@@ -119,11 +119,23 @@ class MirrorProcess:
 
 
 class SourceWriter(threading.Thread):
-    """Writes MESSAGES unique payloads to the source at a steady rate."""
+    """Writes ``messages`` unique payloads to ``topic`` at a steady rate (a third keyless)."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str = TOPIC,
+        *,
+        messages: int = MESSAGES,
+        rate_per_s: float = RATE_PER_S,
+        make_payload: Callable[[int], bytes] = payload,
+    ) -> None:
         super().__init__(name="source-writer", daemon=True)
         self.bootstrap = bootstrap
+        self.topic = topic
+        self.messages = messages
+        self.rate_per_s = rate_per_s
+        self.make_payload = make_payload
         self.errors: list[str] = []
 
     def run(self) -> None:
@@ -134,17 +146,17 @@ class SourceWriter(threading.Thread):
                 self.errors.append(str(err))
 
         start = time.monotonic()
-        for i in range(MESSAGES):
+        for i in range(self.messages):
             key = b"k%d" % (i % 500) if i % 3 else None
             while True:
                 try:
-                    producer.produce(TOPIC, payload(i), key, on_delivery=on_delivery)
+                    producer.produce(self.topic, self.make_payload(i), key, on_delivery=on_delivery)
                     break
                 except BufferError:
                     producer.poll(0.05)
             if i % 100 == 0:
                 producer.poll(0)
-                ahead = start + i / RATE_PER_S - time.monotonic()
+                ahead = start + i / self.rate_per_s - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
         if producer.flush(60):

@@ -11,7 +11,23 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from failover_partitioner import FailoverProducer
+from tests.integration.reliability_support import wait_for
 from tests.realkafka.cluster import KafkaCluster
+
+__all__ = [
+    "FAULTY",
+    "PARTITIONS",
+    "degraded",
+    "doomed",
+    "high_watermarks",
+    "new_topic",
+    "produce_steadily",
+    "read_back",
+    "spread",
+    "wait_for",
+    "whole",
+]
 
 PARTITIONS = 12
 # Answers of a partition whose leadership is moving; some come marked not retriable.
@@ -57,17 +73,30 @@ def new_topic(
     return name, doomed(assignment)
 
 
-def wait_for(
-    predicate: Callable[[], bool],
-    timeout_s: float,
-    what: str,
-    state: Callable[[], object] = lambda: "",
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {state()}")
-        time.sleep(0.1)
+def produce_steadily(
+    p: FailoverProducer,
+    topic: str,
+    count: int,
+    rate_per_s: float,
+    fault_at: int,
+    fault: Callable[[], None],
+) -> float:
+    """``count`` keyless messages ``m-N`` at a steady rate, ``fault()`` before message
+    ``fault_at``; the longest a single produce() call took."""
+    longest = 0.0
+    start = time.monotonic()
+    for i in range(count):
+        if i == fault_at:
+            fault()
+        if i % 100 == 0:
+            ahead = start + i / rate_per_s - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+            p.poll(0)
+        t = time.monotonic()
+        p.produce(topic, b"m-%d" % i)
+        longest = max(longest, time.monotonic() - t)
+    return longest
 
 
 def degraded(cluster: KafkaCluster, topic: str, min_isr: int = 2) -> set[int]:

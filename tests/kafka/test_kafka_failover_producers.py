@@ -28,6 +28,7 @@ from tests.kafka.support import (
     PARTITIONS,
     degraded,
     new_topic,
+    produce_steadily,
     read_back,
     wait_for,
     whole,
@@ -116,19 +117,9 @@ def test_failover_producer_loses_nothing_when_two_brokers_go(
     p = FailoverProducer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "acks": "all"})
     # Learnt from the brokers (DescribeConfigs); the first look may have had to assume 1.
     wait_for(lambda: p.health(topic).min_insync_replicas == 2, 20, "min ISR read from Kafka")
-    longest = 0.0
-    start = time.monotonic()
-    for i in range(MESSAGES):
-        if i == FAULT_AT:
-            inject(kafka_cluster, fault)
-        if i % 100 == 0:
-            ahead = start + i / SYNC_RATE_PER_S - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-            p.poll(0)
-        t = time.monotonic()
-        p.produce(topic, b"m-%d" % i)
-        longest = max(longest, time.monotonic() - t)
+    longest = produce_steadily(
+        p, topic, MESSAGES, SYNC_RATE_PER_S, FAULT_AT, lambda: inject(kafka_cluster, fault)
+    )
     assert p.flush(90) == 0
     assert longest < 1.0, f"a produce() call waited {longest:.2f} s"
     wait_for(

@@ -10,12 +10,11 @@ no produce() call waits a second.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 
 from failover_partitioner import FailoverProducer
-from tests.kafka.support import new_topic, read_back, wait_for, whole
+from tests.kafka.support import new_topic, produce_steadily, read_back, wait_for, whole
 from tests.realkafka.cluster import KafkaCluster
 
 MESSAGES = 40_000
@@ -32,19 +31,9 @@ def test_an_isolated_broker_is_routed_around_and_nothing_is_lost(
     assert led
     p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     wait_for(lambda: p.health(topic).min_insync_replicas == 2, 20, "min ISR read from Kafka")
-    longest = 0.0
-    start = time.monotonic()
-    for i in range(MESSAGES):
-        if i == MESSAGES * 2 // 5:
-            cluster.isolate(ISOLATED)
-        if i % 100 == 0:
-            ahead = start + i / RATE_PER_S - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-            p.poll(0)
-        t = time.monotonic()
-        p.produce(topic, b"m-%d" % i)
-        longest = max(longest, time.monotonic() - t)
+    longest = produce_steadily(
+        p, topic, MESSAGES, RATE_PER_S, MESSAGES * 2 // 5, lambda: cluster.isolate(ISOLATED)
+    )
     assert p.flush(90) == 0
     # Fenced and its leaderships moved, as the metadata from the other brokers shows.
     wait_for(

@@ -14,18 +14,16 @@ offset at least once) and the copies stay within what docs/mirror.md states: at 
 from __future__ import annotations
 
 import functools
-import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from failover_partitioner.mirror import HEADER_SOURCE
-from tests.integration.test_reliability_mirror_crash import MirrorProcess
+from tests.integration.test_reliability_mirror_crash import MirrorProcess, SourceWriter
 from tests.kafka.support import (
     FAULTY,
     PARTITIONS,
@@ -52,39 +50,6 @@ CONSUMER_PROPERTIES = "session.timeout.ms=6000\nheartbeat.interval.ms=500\n"
 
 def payload(i: int) -> bytes:
     return b"mirror-%08d-" % i + b"q" * 60
-
-
-class SourceWriter(threading.Thread):
-    """MESSAGES unique payloads to the source at a steady rate, half of them keyed."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(name="source-writer", daemon=True)
-        self.bootstrap, self.topic = bootstrap, topic
-        self.errors: list[str] = []
-
-    def run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5})
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                self.errors.append(str(err))
-
-        began = time.monotonic()
-        for i in range(MESSAGES):
-            key = b"k%d" % (i % 700) if i % 2 else None
-            while True:
-                try:
-                    producer.produce(self.topic, payload(i), key, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            if i % 100 == 0:
-                producer.poll(0)
-                ahead = began + i / RATE_PER_S - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
-        if producer.flush(60):
-            self.errors.append("the source writer could not flush")
 
 
 def delivered_at_least(mirror: MirrorProcess, count: int) -> bool:
@@ -143,7 +108,13 @@ def test_mirror_killed_three_times_with_target_brokers_paused_loses_nothing(
         processes.append(mirror)
         return mirror
 
-    writer = SourceWriter(cluster.bootstrap_servers, source)
+    writer = SourceWriter(
+        cluster.bootstrap_servers,
+        source,
+        messages=MESSAGES,
+        rate_per_s=RATE_PER_S,
+        make_payload=payload,
+    )
     kills: list[str] = []
     mirror = start()
     try:

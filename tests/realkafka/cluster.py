@@ -106,6 +106,20 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _start(command: list[str], log_path: Path, mode: str) -> subprocess.Popen[bytes]:
+    """A JVM in a session of its own (a terminal's Ctrl-C reaches only Python), killed by the
+    kernel should its parent die, its output into ``log_path``."""
+    with open(log_path, mode) as out:
+        return subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+
 def _free_ports(count: int) -> list[int]:
     sockets: list[socket.socket] = []
     try:
@@ -695,20 +709,7 @@ class KafkaCluster:
                 str(properties),
                 "--ignore-formatted",
             )
-            with open(node.folder / "format.log", "wb") as out:
-                running.append(
-                    (
-                        node,
-                        subprocess.Popen(
-                            command,
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL,
-                            start_new_session=True,
-                            preexec_fn=_die_with_parent,
-                        ),
-                    )
-                )
+            running.append((node, _start(command, node.folder / "format.log", "wb")))
         failed = []
         for node, process in running:
             try:
@@ -725,14 +726,6 @@ class KafkaCluster:
 
     def _spawn(self, node: Node) -> None:
         command = [*node.prefix, *self._java("kafka.Kafka", str(node.folder / "server.properties"))]
-        with open(node.log_path, "ab") as out:
-            node.process = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        node.process = _start(command, node.log_path, "ab")
         node.paused = False
         log.debug("node %d started, pid %d", node.node_id, node.process.pid)
