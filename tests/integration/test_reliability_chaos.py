@@ -289,6 +289,69 @@ def check_duplicates(records: list[Record], prefix: bytes, stats: ProducerStatis
     return extra
 
 
+def check_outcome(
+    seed: int,
+    sync: SyncLoad,
+    aio: AsyncLoad,
+    mirror: MirrorRun,
+    source: list[Record],
+    target: list[Record],
+    rebalance_lines: list[str],
+) -> tuple[int, int]:
+    """The verdict of a chaos run, whatever the brokers: nothing acknowledged lost, nothing
+    foreign, every source record mirrored, every duplicate counted. Returns the duplicates in
+    the source and the records the mirror copied twice."""
+    assert mirror.producer is not None
+    # Producers: everything accepted was acknowledged, nothing failed finally.
+    for load in (sync, aio):
+        assert load.stats is not None
+        assert load.left == 0, (load.name, load.left)
+        assert load.undelivered == [], load.undelivered[:5]
+        assert load.failed == [], load.failed[:5]
+        assert load.stats.final_failures == 0
+        assert len(set(load.acked)) == load.produced == load.stats.delivered, load.name
+        assert load.produced > 0
+
+    # Source: exactly the acknowledged values, nothing lost and nothing foreign.
+    acked = set(sync.acked) | set(aio.acked)
+    in_source = {r.value for r in source}
+    lost = acked - in_source
+    assert not lost, f"{len(lost)} acknowledged messages lost (seed {seed}): {sorted(lost)[:10]}"
+    assert in_source == acked, f"foreign values (seed {seed}): {sorted(in_source - acked)[:10]}"
+    assert sync.stats is not None
+    assert aio.stats is not None
+    source_duplicates = check_duplicates(source, b"f-", sync.stats) + check_duplicates(
+        source, b"a-", aio.stats
+    )
+
+    # Target: every source record, by provenance, and only source values.
+    def origin(r: Record) -> tuple[int, int]:
+        source = r.header(HEADER_SOURCE)  # b"topic/partition/offset"
+        assert source is not None, r
+        _, p, o = source.rsplit(b"/", 2)
+        return int(p), int(o)
+
+    copies = Counter(origin(r) for r in target)
+    missing = {(r.partition, r.offset) for r in source} - set(copies)
+    assert not missing, f"{len(missing)} source records not mirrored (seed {seed})"
+    assert set(copies) == {(r.partition, r.offset) for r in source}
+    assert {r.value for r in target} == in_source
+    mirror_duplicates = sum(n - 1 for n in copies.values())
+    mirror_stats = mirror.producer.statistics()
+    rereadable = MIRROR_MAX_IN_FLIGHT * len(rebalance_lines)
+    # Copies come from the producer's ambiguous failures, the fast lane's (the mirror counts
+    # those), and messages read again after a rebalance.
+    assert mirror.final is not None
+    lane_copies = mirror.final.possible_duplicates
+    assert mirror_duplicates <= mirror_stats.ambiguous_failures + lane_copies + rereadable, (
+        mirror_duplicates,
+        mirror_stats,
+        lane_copies,
+        rebalance_lines,
+    )
+    return source_duplicates, mirror_duplicates
+
+
 def run_chaos(seed: int, seconds: float) -> Figures:
     plan = chaos_plan(seed, seconds, SHAPES)
     print(f"chaos seed {seed} ({len(plan)} events over {seconds:g} s); CHAOS_SEED={seed} replays")
@@ -355,52 +418,8 @@ def run_chaos(seed: int, seconds: float) -> Figures:
         source = read_topic(src, TOPIC)
         target = read_topic(dst, TOPIC)
 
-    # Producers: everything accepted was acknowledged, nothing failed finally.
-    for load in (sync, aio):
-        assert load.stats is not None
-        assert load.left == 0, (load.name, load.left)
-        assert load.undelivered == [], load.undelivered[:5]
-        assert load.failed == [], load.failed[:5]
-        assert load.stats.final_failures == 0
-        assert len(set(load.acked)) == load.produced == load.stats.delivered, load.name
-        assert load.produced > 0
-
-    # Source: exactly the acknowledged values, nothing lost and nothing foreign.
-    acked = set(sync.acked) | set(aio.acked)
-    in_source = {r.value for r in source}
-    lost = acked - in_source
-    assert not lost, f"{len(lost)} acknowledged messages lost (seed {seed}): {sorted(lost)[:10]}"
-    assert in_source == acked, f"foreign values (seed {seed}): {sorted(in_source - acked)[:10]}"
-    assert sync.stats is not None
-    assert aio.stats is not None
-    source_duplicates = check_duplicates(source, b"f-", sync.stats) + check_duplicates(
-        source, b"a-", aio.stats
-    )
-
-    # Target: every source record, by provenance, and only source values.
-    def origin(r: Record) -> tuple[int, int]:
-        source = r.header(HEADER_SOURCE)  # b"topic/partition/offset"
-        assert source is not None, r
-        _, p, o = source.rsplit(b"/", 2)
-        return int(p), int(o)
-
-    copies = Counter(origin(r) for r in target)
-    missing = {(r.partition, r.offset) for r in source} - set(copies)
-    assert not missing, f"{len(missing)} source records not mirrored (seed {seed})"
-    assert set(copies) == {(r.partition, r.offset) for r in source}
-    assert {r.value for r in target} == in_source
-    mirror_duplicates = sum(n - 1 for n in copies.values())
-    mirror_stats = mirror.producer.statistics()
-    rereadable = MIRROR_MAX_IN_FLIGHT * len(rebalances.lines)
-    # Copies come from the producer's ambiguous failures, the fast lane's (the mirror counts
-    # those), and messages read again after a rebalance.
-    assert mirror.final is not None
-    lane_copies = mirror.final.possible_duplicates
-    assert mirror_duplicates <= mirror_stats.ambiguous_failures + lane_copies + rereadable, (
-        mirror_duplicates,
-        mirror_stats,
-        lane_copies,
-        rebalances.lines,
+    source_duplicates, mirror_duplicates = check_outcome(
+        seed, sync, aio, mirror, source, target, rebalances.lines
     )
 
     figures = Figures(
@@ -417,7 +436,7 @@ def run_chaos(seed: int, seconds: float) -> Figures:
     )
     print(figures.line())
     print(
-        f"sync {sync.stats}\nasync {aio.stats}\nmirror producer {mirror_stats}\n"
+        f"sync {sync.stats}\nasync {aio.stats}\nmirror producer {mirror.producer.statistics()}\n"
         f"mirror rebalance events {rebalances.lines}\nfinal mirror status {mirror.final}"
     )
     return figures
