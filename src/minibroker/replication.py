@@ -155,6 +155,11 @@ class Partition:
         return self.logs[self.leader].log_end_offset if self.leader >= 0 else -1
 
     @property
+    def epoch_start_offset(self) -> int:
+        """The leader's log end when it took this epoch's leadership."""
+        return self._epoch_start_offset
+
+    @property
     def leader_log(self) -> ReplicaLog:
         return self.logs[self.leader]
 

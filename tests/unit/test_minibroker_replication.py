@@ -72,6 +72,21 @@ def test_high_watermark_is_the_minimum_log_end_over_the_isr() -> None:
     assert recorder.advanced == 1
 
 
+def test_a_new_leader_knows_the_high_watermark_only_as_its_followers_last_told_it() -> None:
+    # Kafka's new leader starts from its own (follower) high watermark; until that reaches the
+    # epoch's start offset, ListOffsets latest answers OFFSET_NOT_AVAILABLE (KIP-207).
+    partition, _ = new_partition()
+    assert append(partition, 3) == ErrorCode.none
+    replicate(partition, 2, 0.0)  # replica 2 reported before 3: it last heard HWM 0
+    replicate(partition, 3, 0.0)
+    assert partition.high_watermark == 3
+    partition.elect(2, (2, 3), 1.0, "leader 1 fenced")
+    assert partition.epoch_start_offset == 3
+    assert partition.high_watermark == 0
+    replicate(partition, 3, 1.1)
+    assert partition.high_watermark == 3
+
+
 def test_lagging_follower_leaves_the_isr_after_the_lag_time_and_returns_once_caught_up() -> None:
     partition, recorder = new_partition()
     append(partition, 2)
