@@ -232,7 +232,11 @@ class KafkaBackend:
         self.cluster.kill(broker_id)
 
     def restart(self, broker_id: int) -> None:
-        self.cluster.restart(broker_id)
+        # Not cluster.restart's own wait: that waits for every broker, and others may be down.
+        self.cluster.restart(broker_id, wait=False)
+        wait_until(
+            lambda: broker_id in self.cluster.live_brokers(), 120, f"broker {broker_id} unfenced"
+        )
 
     def heal(self) -> None:
         self.cluster.heal()

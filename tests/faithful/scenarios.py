@@ -305,6 +305,57 @@ def leader_killed(backend: Backend) -> Outcome:
     )
 
 
+# -- 7. idempotent producer across a leader change ---------------------------------------------
+
+
+def idempotent_across_leader_change(backend: Backend) -> Outcome:
+    """An idempotent producer keeps sending while its partition's leader is killed."""
+    topic = unique("idempotent")
+    backend.create_topic(topic, [[1, 2, 3]])
+    errors: list[int] = []
+    delivered = 0
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        nonlocal delivered
+        if err is None:
+            delivered += 1
+        else:
+            errors.append(int(err.code()))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": backend.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 60_000,
+            "log_level": 0,
+        }
+    )
+    count = 4_000
+    for i in range(count):
+        producer.produce(topic, f"{i:06d}".encode(), partition=0, on_delivery=on_delivery)
+        producer.poll(0)
+        if i == count // 4:
+            producer.flush(30)
+            backend.kill(1)
+        if i % 100 == 0:
+            time.sleep(0.01)  # spread the sends over the election
+    producer.flush(90)
+    values = read_all(backend, topic)
+    backend.restart(1)
+    return Outcome(
+        scenario="7 idempotent producer across a leader change",
+        observed=(
+            ("delivered", delivered),
+            ("delivery errors", tuple(sorted(set(errors)))),
+            ("records in the log", len(values)),
+            ("duplicates", len(values) - len(set(values))),
+            ("in send order", values == sorted(values)),
+        ),
+    )
+
+
 # -- 5. admin -----------------------------------------------------------------------------------
 
 
@@ -470,6 +521,7 @@ SCENARIOS: Mapping[str, Callable[[Backend], Outcome]] = {
     "min_isr_writes": min_isr_writes,
     "isr_shrink_and_rejoin": isr_shrink_and_rejoin,
     "leader_killed": leader_killed,
+    "idempotent_across_leader_change": idempotent_across_leader_change,
     "admin_requests": admin_requests,
     "advertised_versions": advertised_versions,
 }

@@ -9,6 +9,7 @@ from tests.faithful.scenarios import (
     CLIENT_APIS,
     admin_requests,
     advertised_versions,
+    idempotent_across_leader_change,
     isr_shrink_and_rejoin,
     leader_killed,
     min_isr_writes,
@@ -57,6 +58,15 @@ def test_leader_killed(backend: Backend) -> None:
     assert outcome["leader after the old one returned"] == outcome["new leader"]
     assert outcome["everything readable in order"] is True
     assert 2.0 < outcome.timing("new leader") < 15.0
+
+
+def test_idempotent_producer_across_a_leader_change(backend: Backend) -> None:
+    outcome = idempotent_across_leader_change(backend)
+    assert outcome["delivered"] == 4_000
+    assert outcome["delivery errors"] == ()
+    assert outcome["records in the log"] == 4_000
+    assert outcome["duplicates"] == 0
+    assert outcome["in send order"] is True
 
 
 def test_admin_requests(backend: Backend) -> None:
