@@ -33,7 +33,7 @@ public final class JavaProducer {
         }
         BufferedWriter out = new BufferedWriter(
             new OutputStreamWriter(System.out, StandardCharsets.US_ASCII), 1 << 16);
-        int capacity = mode.equals("steady") ? (int) Math.ceil(amount * durationS) + 1 : (int) amount;
+        int capacity = mode.equals("steady") ? (int) Math.ceil(amount * durationS) : (int) amount;
         long[] sendUs = new long[capacity];
         long[] ackUs = new long[capacity];
         int[] partition = new int[capacity];
