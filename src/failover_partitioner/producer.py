@@ -80,6 +80,7 @@ from failover_partitioner._message import (
 from failover_partitioner._topics import TopicState as _TopicState
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.errors import (
+    AuthenticationFailed,
     BatchRefused,
     ConfigError,
     ErrorClass,
@@ -387,9 +388,15 @@ class FailoverProducer:
                 "_failure": self._on_failure,
             },
         )
+        client_conf = dict(settings.client_conf)
+        # librdkafka tells of a refused login only through error_cb (served by poll): kept, so
+        # that "no metadata" can say why; the user's own error_cb still gets every error.
+        self._auth_error: str | None = None
+        self._user_error_cb = client_conf.get("error_cb")
+        client_conf["error_cb"] = self._on_client_error
         try:
-            self._client = confluent_kafka.Producer(settings.client_conf)
-            self._client_conf = settings.client_conf
+            self._client = confluent_kafka.Producer(client_conf)
+            self._client_conf = client_conf
             # The client for records sent alone (see the module doc), made on first need.
             self._solo_client: Any = None
         except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
@@ -1025,8 +1032,29 @@ class FailoverProducer:
         try:
             self._meta.fetch_now(topic, max(self._produce_timeout_s, 0.5))
         except MetadataUnavailable as exc:
+            self._raise_if_refused(exc)
             logger.warning("%s; messages for it wait", exc)
         return self._choosers.get(topic)
+
+    def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
+        if err.code() == confluent_kafka.KafkaError._AUTHENTICATION:
+            if self._auth_error is None:
+                logger.error(
+                    "the cluster refused this producer's credentials: %s; check sasl.username, "
+                    "sasl.password and sasl.mechanisms (nothing is sent until they are right)",
+                    err.str(),
+                )
+            self._auth_error = err.str()
+        if self._user_error_cb is not None:
+            self._user_error_cb(err)
+
+    def _raise_if_refused(self, exc: MetadataUnavailable) -> None:
+        """Raise AuthenticationFailed instead of ``exc`` when a refused login is the cause."""
+        self._client.poll(0)  # serves error_cb: a refused login is told only there
+        if self._auth_error is not None:
+            raise AuthenticationFailed(
+                f"{exc}: the cluster refused the credentials ({self._auth_error})"
+            ) from exc
 
     # -- the delivery side (inside confluent-kafka's poll/flush) ------------------------------
 
@@ -1343,7 +1371,11 @@ class FailoverProducer:
                 raise ProducerClosed(f"health({topic!r}) of a new topic after close()")
             with self._topics_lock:
                 self._watched.add(topic)
-            self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
+            try:
+                self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
+            except MetadataUnavailable as exc:
+                self._raise_if_refused(exc)
+                raise
             state = self._topics[topic]
         return state.view
 
