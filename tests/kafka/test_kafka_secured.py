@@ -240,11 +240,12 @@ def test_a_user_without_write_fails_each_message_at_once_and_nothing_is_rerouted
     outcomes: list[tuple[float, Any]] = []
     p = FailoverProducer({**cluster.client_settings(user, password(user)), "acks": "all"})
     p.health(topic)  # DESCRIBE is allowed: the metadata is known before the clock starts
-    began = time.monotonic()
+
+    def ended(sent_at: float) -> Any:
+        return lambda e, m: outcomes.append((time.monotonic() - sent_at, e))
+
     for i in range(200):
-        p.produce(
-            topic, b"x-%d" % i, on_delivery=lambda e, m: outcomes.append((time.monotonic(), e))
-        )
+        p.produce(topic, b"x-%d" % i, on_delivery=ended(time.monotonic()))
     assert p.flush(30) == 0
     stats = p.statistics()
     cpu_before = time.process_time()
@@ -253,7 +254,8 @@ def test_a_user_without_write_fails_each_message_at_once_and_nothing_is_rerouted
     p.close()
     assert len(outcomes) == 200
     assert all(e is not None and e.code() == 29 for _, e in outcomes)  # TOPIC_AUTHORIZATION_FAILED
-    assert max(t for t, _ in outcomes) - began < 1.0  # every one ended within a second
+    slowest = max(t for t, _ in outcomes)
+    assert slowest < 1.0, f"a message ended {slowest:.2f} s after its produce()"
     assert (stats.rerouted, stats.retries, stats.final_failures) == (0, 0, 200)
     assert idle_cpu < 0.5, f"{idle_cpu:.2f} s of CPU in 3 idle seconds"
 
