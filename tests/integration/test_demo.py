@@ -76,7 +76,9 @@ def test_failover_producer_loses_nothing_while_the_plain_one_is_hurt(
     # heal (or failed, or never arrived), far longer than the failover producer's did.
     hurt = plain["lost"] + plain["failed"] + plain["undelivered"]
     assert hurt > 0 or plain["longest_stall_s"] >= 2.0, plain
-    assert plain["not_delivered_within_1s"] > failover["not_delivered_within_1s"]
+    # Not compared: messages in flight when the ISR shrank wait out their request timeout on
+    # both producers alike (minibroker, like Kafka 3.7+, no longer answers them with error 20),
+    # so the count of messages later than a second can come out either way.
     assert plain["rerouted"] == 0
     assert plain["possible_duplicates"] is None
     assert_png(tmp_path / "demo.png")
