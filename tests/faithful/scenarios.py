@@ -24,6 +24,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     NewTopic,
 )
 
+from minibroker.protocol.versions import API_NAMES
 from tests.faithful.backends import Backend, wait_until
 from tests.integration.test_minibroker_protocol import Wire
 
@@ -468,31 +469,9 @@ def wait_and_read(read: Callable[[], tuple[str, str]], value: str) -> tuple[str,
 
 # -- 8. ApiVersions -----------------------------------------------------------------------------
 
-# The APIs the three Python clients send in these scenarios and in the project's own use.
-CLIENT_APIS: Mapping[int, str] = {
-    0: "Produce",
-    1: "Fetch",
-    2: "ListOffsets",
-    3: "Metadata",
-    8: "OffsetCommit",
-    9: "OffsetFetch",
-    10: "FindCoordinator",
-    11: "JoinGroup",
-    12: "Heartbeat",
-    13: "LeaveGroup",
-    14: "SyncGroup",
-    15: "DescribeGroups",
-    16: "ListGroups",
-    18: "ApiVersions",
-    19: "CreateTopics",
-    20: "DeleteTopics",
-    22: "InitProducerId",
-    32: "DescribeConfigs",
-    33: "AlterConfigs",
-    37: "CreatePartitions",
-    44: "IncrementalAlterConfigs",
-    60: "DescribeCluster",
-}
+# The APIs the three Python clients send in these scenarios and in the project's own use:
+# the ones minibroker serves, named as it names them.
+CLIENT_APIS: Mapping[int, str] = API_NAMES
 
 
 def api_versions(backend: Backend) -> dict[int, tuple[int, int]]:
