@@ -23,7 +23,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
 from aiokafka.producer import sender as _sender  # type: ignore[import-untyped,unused-ignore]
 
-__all__ = ["first_answer_supported", "make_inner_producer"]
+__all__ = ["first_answer_supported", "login_refusal", "make_inner_producer"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,3 +77,44 @@ def make_inner_producer(client_kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
         "is rerouted"
     )
     return producer, False
+
+
+# The keyword arguments of AIOKafkaProducer that aiokafka's create_conn takes too: how to reach
+# and log in to a broker.
+_CONNECTION_KEYS = (
+    "client_id",
+    "request_timeout_ms",
+    "ssl_context",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name",
+    "sasl_oauth_token_provider",
+)
+
+
+async def login_refusal(client_kwargs: Mapping[str, Any]) -> str | None:
+    """Why the brokers refused to let this client log in, or None if they did not.
+
+    aiokafka's bootstrap logs each broker's refusal and then raises only "Unable to bootstrap";
+    one more connection to the first bootstrap server, with the same settings, gets the reason.
+    """
+    if not str(client_kwargs.get("security_protocol", "")).startswith("SASL"):
+        return None
+    from aiokafka import errors
+    from aiokafka.conn import create_conn  # type: ignore[import-untyped,unused-ignore]
+
+    servers = client_kwargs.get("bootstrap_servers", "")
+    first = (servers.split(",") if isinstance(servers, str) else list(servers))[0].strip()
+    host, _, port = first.rpartition(":")
+    settings = {k: client_kwargs[k] for k in _CONNECTION_KEYS if k in client_kwargs}
+    try:
+        conn = await create_conn(host or first, int(port or 9092), **settings)
+    except (errors.SaslAuthenticationFailed, errors.AuthenticationFailedError) as exc:
+        return str(exc)
+    except Exception:  # unreachable, or refused for another reason: not a login refusal
+        return None
+    conn.close()
+    return None

@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC_OR_PART = 3
 _TOPIC_RESOURCE = 2
+_BROKER_RESOURCE = 4
+_TOPIC_AUTHORIZATION_FAILED = 29
 _TOPIC_CONFIG_SOURCE = 1  # DescribeConfigs v1+: DYNAMIC_TOPIC_CONFIG
 
 
@@ -98,20 +100,34 @@ def parse_partitions(response: Any, topic: str) -> PartitionsAnswer:
 
 
 def parse_min_isr(response: Any, topic: str) -> MinIsr | None:
-    """min.insync.replicas of ``topic`` in a DescribeConfigs response, or None if absent."""
+    """min.insync.replicas of ``topic`` in a DescribeConfigs response, or None if absent.
+
+    A response for a broker resource (``topic`` is then the broker's id) gives the brokers'
+    own value, marked ``"broker-default"``: what a topic without its own setting has.
+    """
     for resource in response.resources:
         error_code, _message, resource_type, name, entries = resource[:5]
-        if resource_type != _TOPIC_RESOURCE or name != topic:
+        if resource_type not in (_TOPIC_RESOURCE, _BROKER_RESOURCE) or name != topic:
             continue
         if error_code != 0:
             return None
         for e in entries:
             if e[0] != "min.insync.replicas" or e[1] is None:
                 continue
+            if resource_type == _BROKER_RESOURCE:
+                source = "broker-default"
             # v0 only says whether the value is a default; v1+ names its source.
-            from_topic = not e[3] if response.API_VERSION == 0 else e[3] == _TOPIC_CONFIG_SOURCE
-            return MinIsr(value=max(1, int(e[1])), source="topic" if from_topic else "broker")
+            elif not e[3] if response.API_VERSION == 0 else e[3] == _TOPIC_CONFIG_SOURCE:
+                source = "topic"
+            else:
+                source = "broker"
+            return MinIsr(value=max(1, int(e[1])), source=source)
     return None
+
+
+def refused(response: Any) -> bool:
+    """Whether a DescribeConfigs response refuses the topic for lack of rights."""
+    return any(r[0] == _TOPIC_AUTHORIZATION_FAILED for r in response.resources)
 
 
 class AioMetadataSource:
@@ -154,9 +170,18 @@ class AioMetadataSource:
             DescribeConfigsRequest,
         )
 
+        deadline = time.monotonic() + timeout_s
         request = DescribeConfigsRequest([(_TOPIC_RESOURCE, topic, ["min.insync.replicas"])])
         response = await self._ask(request, timeout_s)
-        return parse_min_isr(response, topic)
+        if not refused(response):
+            return parse_min_isr(response, topic)
+        # No DESCRIBE_CONFIGS on the topic: the brokers' own value is the better guess. A
+        # broker's configs are asked of that broker (it needs DESCRIBE_CONFIGS on the cluster).
+        node = self._nodes()[0]
+        request = DescribeConfigsRequest([(_BROKER_RESOURCE, str(node), ["min.insync.replicas"])])
+        remaining = max(0.05, deadline - time.monotonic())
+        response = await asyncio.wait_for(self._client.send(node, request), remaining)
+        return parse_min_isr(response, str(node))
 
 
 class SourceLike(Protocol):
@@ -287,6 +312,8 @@ class AioMetadataRefresher:
             timeout = self._timeout_s if budget_s is None else budget_s
             try:
                 answer = await self._source.min_insync_replicas(topic, timeout)
+                if answer is not None:
+                    _steps.heed_min_isr(topic, answer, self._warned_default, logger)
             except Exception as exc:
                 logger.info("min.insync.replicas of topic %s not available: %s", topic, exc)
                 answer = None

@@ -33,6 +33,7 @@ __all__ = [
     "FailoverConfigWarning",
     "ProducerOptions",
     "client_settings",
+    "companion_conf",
     "producer_options",
 ]
 
@@ -171,6 +172,33 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
         report_only_errors=bool(only_errors),
         warnings=tuple(warnings),
     )
+
+
+# Python callbacks of the producer's own client: a companion must not call them a second time
+# (``oauth_cb``, which logs in, and ``logger``, where the client logs, are kept).
+_CALLBACKS = ("on_delivery", "error_cb", "stats_cb", "throttle_cb")
+
+
+def companion_conf(
+    conf: Mapping[str, Any],
+    role: str,
+    *,
+    drop: tuple[str, ...] = (),
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The settings of a client opened beside the producer's (``role``: ``admin``, ``solo``,
+    ``lane``): every setting of ``conf`` (connection and security settings above all)
+    unchanged, except the producer's callbacks and ``drop``, with ``settings`` on top and
+    ``client.id`` marked with ``role``.
+
+    Every such client is made from this, so none can forget how to reach and log in to the
+    cluster.
+    """
+    out = {k: v for k, v in conf.items() if k not in drop and k not in _CALLBACKS}
+    out.update(settings or {})
+    if "client.id" in out:
+        out["client.id"] = f"{out['client.id']}-{role}"
+    return out
 
 
 def check_positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:

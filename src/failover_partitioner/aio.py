@@ -35,6 +35,7 @@ from dataclasses import fields
 from typing import Any, Final
 
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+    KafkaConnectionError,
     MessageSizeTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -61,6 +62,7 @@ from failover_partitioner._config import (
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.errors import (
+    AuthenticationFailed,
     FailoverError,
     MetadataUnavailable,
     NoUsablePartition,
@@ -345,8 +347,15 @@ class AsyncFailoverProducer:
         inner, first_answer = _aio_client.make_inner_producer(self._settings.client_kwargs)
         try:
             await inner.start()
-        except BaseException:
+        except BaseException as exc:
             await inner.stop()
+            if isinstance(exc, KafkaConnectionError):
+                refusal = await _aio_client.login_refusal(self._settings.client_kwargs)
+                if refusal is not None:
+                    raise AuthenticationFailed(
+                        f"{self._name}: no broker could be reached: the cluster refused the "
+                        f"credentials ({refusal}); nothing was sent"
+                    ) from None
             raise
         self._loop = loop
         self._inner = inner

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from failover_partitioner._message import UndeliveredMessage
 
 __all__ = [
+    "REFUSED_RIGHTS",
     "AuthenticationFailed",
     "BatchRefused",
     "ConfigError",
@@ -312,3 +313,8 @@ def error_code(err: Any) -> int:
     if isinstance(errno, int):
         return errno
     return -1
+
+
+# The cluster refuses this user (not this message): the client may already know it and refuse
+# at produce() time. The message is then not a caller's mistake but a final failure.
+REFUSED_RIGHTS: frozenset[int] = frozenset({29, 31})  # TOPIC_/CLUSTER_AUTHORIZATION_FAILED

@@ -57,7 +57,9 @@ class TopicMetadata:
 
     ``partitions`` is indexed by partition id. ``exists`` is False when the cluster answered
     that the topic is unknown. ``min_isr_source`` says where ``min_insync_replicas`` came from:
-    ``"option"``, ``"topic"``, ``"broker"`` or ``"default"`` (nothing known: 1).
+    ``"option"``, ``"topic"``, ``"broker"`` (the topic has no value of its own),
+    ``"broker-default"`` (the brokers' own value, assumed because the topic's configs may not
+    be read) or ``"default"`` (nothing known: 1).
     """
 
     topic: str

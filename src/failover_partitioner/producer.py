@@ -69,6 +69,7 @@ from failover_partitioner._config import (
     FailoverConfigWarning,
     check_positive_number,
     client_settings,
+    companion_conf,
     producer_options,
 )
 from failover_partitioner._message import (
@@ -80,6 +81,7 @@ from failover_partitioner._message import (
 from failover_partitioner._topics import TopicState as _TopicState
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.errors import (
+    REFUSED_RIGHTS,
     AuthenticationFailed,
     BatchRefused,
     ConfigError,
@@ -508,8 +510,8 @@ class FailoverProducer:
                     # No callback either: no record (see _report).
                     try:
                         self._produce_raw(topic, value, None, p, self._report_cb)
-                    except BufferError:
-                        # librdkafka's queue is full: the record path waits it out.
+                    except (BufferError, confluent_kafka.KafkaException):
+                        # Queue full, or refused: the record path waits or decides.
                         self._produce_with_record(
                             topic, value, None, None, None, None, counted=True
                         )
@@ -563,8 +565,8 @@ class FailoverProducer:
                                 else _partial(self._report_keeping, None, timestamp)
                             )
                             self._produce_raw(topic, value, key, p, report, None, timestamp or 0)
-                        except BufferError:
-                            # librdkafka's queue is full: the record path waits it out.
+                        except (BufferError, confluent_kafka.KafkaException):
+                            # Queue full, or refused: the record path waits or decides.
                             self._produce_with_record(
                                 topic, value, key, headers, on_delivery, timestamp, counted=True
                             )
@@ -956,6 +958,15 @@ class FailoverProducer:
                 self._wait(rec, exc)
             return
         if first and rec._entry is None:
+            if (
+                isinstance(exc, confluent_kafka.KafkaException)
+                and _kafka_error(exc).code() in REFUSED_RIGHTS
+            ):
+                # The client already knows the cluster refuses this user: not the caller's
+                # mistake, so the message ends here as any refused one does (callback,
+                # dead-letter hook), never rerouted.
+                self._fail_finally(rec, exc)
+                return
             # The caller's own mistake (a bad value type, ...) or Ctrl-C: the message was not
             # accepted, so count it out again and let the caller see the exception.
             self._uncount()
@@ -991,9 +1002,16 @@ class FailoverProducer:
         """The client that sends each record in a batch of its own (made on first need)."""
         solo = self._solo_client
         if solo is None:
-            conf = {**self._client_conf, "batch.num.messages": 1, "linger.ms": 0}
-            if "client.id" in conf:
-                conf["client.id"] = f"{conf['client.id']}-solo"
+            conf = companion_conf(
+                self._client_conf,
+                "solo",
+                # A refused login is told only through error_cb: this client's too.
+                settings={
+                    "batch.num.messages": 1,
+                    "linger.ms": 0,
+                    "error_cb": self._on_client_error,
+                },
+            )
             solo = self._solo_client = confluent_kafka.Producer(conf)
             logger.warning(
                 "%s: a broker refused a whole batch (too large, or a bad record in it); its "

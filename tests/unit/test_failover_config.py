@@ -14,7 +14,7 @@ from failover_partitioner import (
     FailoverConfigWarning,
     FailoverProducer,
 )
-from failover_partitioner._config import CLIENT_DEFAULTS, client_settings
+from failover_partitioner._config import CLIENT_DEFAULTS, client_settings, companion_conf
 
 BASE = {"bootstrap.servers": "127.0.0.1:1", "acks": "all"}
 BAD_KEYS: dict[Any, str] = {**BASE, 1: "x"}
@@ -146,3 +146,44 @@ def test_the_java_key_placement_is_the_default_partitioner_and_the_users_wins() 
     mine = client_settings({**BASE, "partitioner": "consistent"})
     assert mine.client_conf["partitioner"] == "consistent"
     assert mine.warnings == ()
+
+
+SECURED = {
+    "bootstrap.servers": "b1:9093,b2:9093",
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanisms": "SCRAM-SHA-512",
+    "sasl.username": "alice",
+    "sasl.password": "s3cret",
+    "ssl.ca.location": "/etc/kafka/ca.pem",
+    "ssl.endpoint.identification.algorithm": "https",
+    "client.dns.lookup": "use_all_dns_ips",
+    "socket.keepalive.enable": True,
+    "client.id": "orders",
+}
+
+
+def test_every_client_beside_the_producer_keeps_how_to_reach_and_log_in() -> None:
+    """The admin client, the client for records sent alone and the mirror's lane are all
+    made by companion_conf: every connection and security setting reaches them unchanged."""
+    from failover_partitioner.metadata.confluent import admin_config
+    from failover_partitioner.mirror._lane import lane_config
+
+    callbacks = {"on_delivery": print, "error_cb": print, "stats_cb": print, "oauth_cb": print}
+    conf = {**SECURED, **callbacks, "acks": "all"}
+    admin = admin_config(conf)
+    assert admin is not None
+    derived = {
+        "admin": admin,
+        "lane": lane_config(conf),
+        "solo": companion_conf(conf, "solo", settings={"linger.ms": 0}),
+    }
+    for role, got in derived.items():
+        for key, value in SECURED.items():
+            if key != "client.id":
+                assert got[key] == value, (role, key)
+        assert got["client.id"] == f"orders-{role}"
+        assert got["oauth_cb"] is print  # logging in needs it
+        for callback in ("on_delivery", "error_cb", "stats_cb"):
+            assert callback not in got, (role, callback)  # the producer's own, called once
+    assert derived["solo"]["linger.ms"] == 0
+    assert conf["client.id"] == "orders"  # the user's dict is left as given

@@ -310,6 +310,8 @@ class MetadataRefresher:
             timeout = self._timeout_s if budget_s is None else budget_s
             try:
                 answer = self._source.min_insync_replicas(topic, timeout)
+                if answer is not None:
+                    _steps.heed_min_isr(topic, answer, self._warned_default, logger)
             except Exception as exc:
                 logger.info("min.insync.replicas of topic %s not available: %s", topic, exc)
                 answer = None

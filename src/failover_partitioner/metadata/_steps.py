@@ -64,6 +64,20 @@ def default_min_isr(topic: str, warned: set[str], log: logging.Logger) -> MinIsr
     return MinIsr(value=1, source="default")
 
 
+def heed_min_isr(topic: str, answer: MinIsr, warned: set[str], log: logging.Logger) -> MinIsr:
+    """``answer`` as read; a value assumed from the brokers' own is told once per topic."""
+    if answer.source == "broker-default" and topic not in warned:
+        warned.add(topic)
+        log.warning(
+            "min.insync.replicas of topic %s cannot be read (no DESCRIBE_CONFIGS right on the "
+            "topic); assuming the brokers' default, %d. A value set on the topic itself would "
+            "be missed: pass min_insync_replicas= to set it",
+            topic,
+            answer.value,
+        )
+    return answer
+
+
 def topic_metadata(
     topic: str, answer: PartitionsAnswer, min_isr: MinIsr, now: float
 ) -> TopicMetadata:

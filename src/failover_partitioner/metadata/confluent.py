@@ -5,6 +5,8 @@ answer also refreshes librdkafka's cache), from the refresher's thread only: cal
 inside a delivery callback re-enters the client (DESIGN.md section 4). min.insync.replicas is
 not in metadata responses (KIP-637 was never implemented), so it comes from DescribeConfigs on
 the topic, which answers with the effective value and whether the topic or the broker set it.
+A user without DESCRIBE_CONFIGS on the topic gets the brokers' own value instead (DescribeConfigs
+on a broker, which needs DESCRIBE_CONFIGS on the cluster), marked ``"broker-default"``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
+from failover_partitioner._config import companion_conf
 from failover_partitioner.errors import MetadataUnavailable
 from failover_partitioner.health import PartitionMetadata
 from failover_partitioner.metadata._source import MinIsr, PartitionsAnswer
@@ -25,19 +30,12 @@ logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC_CODES = frozenset({3, -188})  # UNKNOWN_TOPIC_OR_PART, librdkafka's _UNKNOWN_TOPIC
 
-# Keys of a producer config an admin client must not get: Python-level callbacks that would
-# fire twice or make no sense for it. Security and connection settings are kept.
-_NOT_FOR_ADMIN = frozenset(
-    {
-        "on_delivery",
-        "delivery.report.only.error",
-        "error_cb",
-        "stats_cb",
-        "throttle_cb",
-        "statistics.interval.ms",
-        "transactional.id",
-        "enable.idempotence",
-    }
+# Producer settings an admin client has no use for (librdkafka would warn of each).
+_PRODUCER_ONLY = (
+    "delivery.report.only.error",
+    "statistics.interval.ms",
+    "transactional.id",
+    "enable.idempotence",
 )
 
 
@@ -49,7 +47,14 @@ def admin_config(producer_conf: Mapping[str, Any]) -> dict[str, Any] | None:
     """
     if "test.mock.num.brokers" in producer_conf:
         return None
-    return {k: v for k, v in producer_conf.items() if k not in _NOT_FOR_ADMIN}
+    return companion_conf(producer_conf, "admin", drop=_PRODUCER_ONLY)
+
+
+def _described(admin: Any, resource: Any, timeout_s: float) -> Any:
+    """The ``min.insync.replicas`` entry of ``resource``'s configs, or None if it has none."""
+    futures = admin.describe_configs([resource], request_timeout=timeout_s)
+    entry = next(iter(futures.values())).result(timeout=timeout_s + 1.0).get("min.insync.replicas")
+    return None if entry is None or entry.value is None else entry
 
 
 class ConfluentMetadataSource:
@@ -123,11 +128,20 @@ class ConfluentMetadataSource:
             ConfigSource,
         )
 
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        futures = admin.describe_configs([resource], request_timeout=timeout_s)
-        entries = next(iter(futures.values())).result(timeout=timeout_s + 1.0)
-        entry = entries.get("min.insync.replicas")
-        if entry is None or entry.value is None:
+        deadline = time.monotonic() + timeout_s
+        try:
+            entry = _described(admin, ConfigResource(ConfigResource.Type.TOPIC, topic), timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise
+            # No DESCRIBE_CONFIGS on the topic: the brokers' own value is the better guess.
+            brokers = self._client.list_topics(timeout=max(0.05, deadline - time.monotonic()))
+            broker = ConfigResource(ConfigResource.Type.BROKER, str(next(iter(brokers.brokers))))
+            entry = _described(admin, broker, max(0.05, deadline - time.monotonic()))
+            if entry is None:
+                return None
+            return MinIsr(value=max(1, int(entry.value)), source="broker-default")
+        if entry is None:
             return None
         topic_level = ConfigSource.DYNAMIC_TOPIC_CONFIG
         source = "topic" if entry.source in (topic_level, topic_level.value) else "broker"

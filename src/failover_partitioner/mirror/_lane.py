@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-from failover_partitioner._config import client_settings
+from failover_partitioner._config import client_settings, companion_conf
 
 from ._commits import Span
 
@@ -47,7 +47,7 @@ def lane_config(producer_config: Mapping[str, str]) -> dict[str, Any]:
     """The lane client's settings: the failover producer's client settings (its defaults for
     timeouts and retries included), failures reported only, keys placed by murmur2, and a
     delivery timeout of at most ``LANE_TIMEOUT_MS``."""
-    conf = dict(client_settings(producer_config).client_conf)
+    conf = companion_conf(client_settings(producer_config).client_conf, "lane")
     conf["delivery.report.only.error"] = True
     conf["partitioner"] = "murmur2_random"
     timeout_ms = LANE_TIMEOUT_MS
@@ -61,8 +61,6 @@ def lane_config(producer_config: Mapping[str, str]) -> dict[str, Any]:
             if 0 < ms < timeout_ms:
                 timeout_ms = ms
     conf["message.timeout.ms"] = timeout_ms
-    if "client.id" in conf:
-        conf["client.id"] = f"{conf['client.id']}-lane"
     return conf
 
 
