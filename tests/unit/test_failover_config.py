@@ -169,7 +169,7 @@ def test_every_client_beside_the_producer_keeps_how_to_reach_and_log_in() -> Non
     from failover_partitioner.mirror._lane import lane_config
 
     callbacks = {"on_delivery": print, "error_cb": print, "stats_cb": print, "oauth_cb": print}
-    conf = {**SECURED, **callbacks, "acks": "all"}
+    conf: dict[str, Any] = {**SECURED, **callbacks, "acks": "all"}
     admin = admin_config(conf)
     assert admin is not None
     derived = {
