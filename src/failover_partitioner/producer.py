@@ -118,6 +118,12 @@ _names = itertools.count(1)
 # record is then tried alone (see the module doc). The same set as the asyncio producer's.
 _PER_RECORD_CODES = frozenset({2, 10, 18, 87})
 
+# Once a broker refused a topic for lack of rights, librdkafka marks the topic failed until its
+# next metadata and fails the messages it still holds for it as _UNKNOWN_PARTITION or
+# _UNKNOWN_TOPIC. Within this many seconds of a refusal those are the refusal, ended as one.
+_REFUSAL_MEMORY_S = 10.0
+_LOCAL_UNKNOWN = frozenset({-190, -188})
+
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
 
@@ -394,6 +400,8 @@ class FailoverProducer:
         # librdkafka tells of a refused login only through error_cb (served by poll): kept, so
         # that "no metadata" can say why; the user's own error_cb still gets every error.
         self._auth_error: str | None = None
+        # topic -> (when, the error) of the last refusal for lack of rights (see _on_failure).
+        self._refusals: dict[str, tuple[float, Any]] = {}
         self._user_error_cb = client_conf.get("error_cb")
         client_conf["error_cb"] = self._on_client_error
         try:
@@ -965,6 +973,7 @@ class FailoverProducer:
                 # The client already knows the cluster refuses this user: not the caller's
                 # mistake, so the message ends here as any refused one does (callback,
                 # dead-letter hook), never rerouted.
+                self._refusals[rec._m[0]] = (time.monotonic(), _kafka_error(exc))
                 self._fail_finally(rec, exc)
                 return
             # The caller's own mistake (a bad value type, ...) or Ctrl-C: the message was not
@@ -1078,6 +1087,13 @@ class FailoverProducer:
 
     def _on_failure(self, rec: _Record, err: Any, msg: Any) -> None:
         code = err.code()
+        if code in REFUSED_RIGHTS:
+            self._refusals[rec._m[0]] = (time.monotonic(), err)
+        elif code in _LOCAL_UNKNOWN:
+            refused = self._refusals.get(rec._m[0])
+            if refused is not None and time.monotonic() - refused[0] < _REFUSAL_MEMORY_S:
+                err = refused[1]
+                code = err.code()
         ec = classify(code, err.name())
         retriable = ec.retriable and not err.fatal()
         if code in _PER_RECORD_CODES and not getattr(rec, "_solo", False) and retriable is False:
