@@ -154,16 +154,22 @@ def test_waiting_write_completes_when_the_hwm_covers_it() -> None:
     assert outcomes == [ErrorCode.none]
 
 
-def test_waiting_write_under_the_minimum_times_out_as_on_kafka() -> None:
-    # Kafka 4.4 answers REQUEST_TIMED_OUT here, not NOT_ENOUGH_REPLICAS_AFTER_APPEND: the HWM
-    # stands still under min ISR (KIP-966), so the write is never acknowledged
-    # (tests/kafka/test_kafka_min_isr.py measures it).
+def waiting_under_the_minimum() -> tuple[Partition, list[ErrorCode]]:
+    """An acks=all write waiting on a partition whose ISR then shrank below min ISR 2."""
     partition, _ = new_partition(replicas=(1, 2), min_isr=2)
     append(partition)
     outcomes: list[ErrorCode] = []
     partition.await_commit(1, 10.0, outcomes.append)
     partition.tick(0.6)
     assert partition.isr == (1,)
+    return partition, outcomes
+
+
+def test_waiting_write_under_the_minimum_times_out_as_on_kafka() -> None:
+    # Kafka 4.4 answers REQUEST_TIMED_OUT here, not NOT_ENOUGH_REPLICAS_AFTER_APPEND: the HWM
+    # stands still under min ISR (KIP-966), so the write is never acknowledged
+    # (tests/kafka/test_kafka_min_isr.py measures it).
+    partition, outcomes = waiting_under_the_minimum()
     assert outcomes == []  # still waiting: the ISR shrank, the deadline has not come
     partition.tick(10.0)
     assert outcomes == [ErrorCode.request_timed_out]
@@ -172,12 +178,7 @@ def test_waiting_write_under_the_minimum_times_out_as_on_kafka() -> None:
 
 
 def test_waiting_write_under_the_minimum_completes_when_the_follower_returns() -> None:
-    partition, _ = new_partition(replicas=(1, 2), min_isr=2)
-    append(partition)
-    outcomes: list[ErrorCode] = []
-    partition.await_commit(1, 10.0, outcomes.append)
-    partition.tick(0.6)
-    assert partition.isr == (1,)
+    partition, outcomes = waiting_under_the_minimum()
     replicate(partition, 2, 1.0)
     assert list(partition.isr) == [1, 2]
     assert outcomes == [ErrorCode.none]
