@@ -236,6 +236,23 @@ class MirrorOptions:
     topic_refresh_interval_s: float = 30.0
     poll_batch: int = 500
     """Most messages taken from the consumer in one call."""
+    sync_topics: bool = True
+    """Create missing target topics like their source (partition count, topic-level configs),
+    add partitions when a source grows, and copy configs every ``config_sync_interval_s``
+    (MirrorMaker 2's topic and config sync). Off: the target is managed elsewhere."""
+    topic_replication_factor: int = -1
+    """Replication factor of target topics the mirror creates; -1: the target's default."""
+    topic_configs: Mapping[str, str] = field(default_factory=dict)
+    """Topic-level settings for every target topic, winning over the source's."""
+    config_exclude: tuple[str, ...] = ()
+    """Regular expressions (whole names) of source topic configs not to copy, besides
+    MirrorMaker 2's default exclusions (see ``_topics.EXCLUDED_CONFIGS``)."""
+    config_sync_interval_s: float = 60.0
+    partitioning: str = "auto"
+    """``"preserve"``: source partition p goes to target partition p while p is usable, and
+    elsewhere (counted as rerouted) while it is not; ``"key"``: placement by key (murmur2) as
+    Kafka's default partitioner; ``"auto"``: preserve when the target topic has at least as
+    many partitions as its source, else key (logged as a warning)."""
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -292,9 +309,38 @@ class MirrorOptions:
                 f"--provenance-format must be one of {', '.join(_PROVENANCE_FORMATS)}, not "
                 f"{self.provenance_format!r}"
             )
+        if self.partitioning not in PARTITIONING_MODES:
+            raise MirrorConfigError(
+                f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not "
+                f"{self.partitioning!r}"
+            )
+        topic_configs = dict(_frozen(self.topic_configs, "topic configs"))
+        for key in topic_configs:
+            if not key or "=" in key:
+                raise MirrorConfigError(
+                    f"--topic-config {key!r}: give a topic config as NAME=VALUE, "
+                    "e.g. --topic-config retention.ms=604800000"
+                )
+        object.__setattr__(self, "topic_configs", MappingProxyType(topic_configs))
+        for pattern in self.config_exclude:
+            _compile("config-exclude", pattern)
+        if (
+            isinstance(self.topic_replication_factor, bool)
+            or not isinstance(self.topic_replication_factor, int)
+            or not (self.topic_replication_factor == -1 or self.topic_replication_factor >= 1)
+        ):
+            raise MirrorConfigError(
+                "--topic-replication-factor must be a positive integer, or -1 for the target "
+                f"cluster's default, not {self.topic_replication_factor!r}"
+            )
         _positive_int("--max-in-flight", self.max_in_flight)
         _positive_int("poll_batch", self.poll_batch)
-        for name in ("commit_interval_s", "drain_timeout_s", "topic_refresh_interval_s"):
+        for name in (
+            "commit_interval_s",
+            "drain_timeout_s",
+            "topic_refresh_interval_s",
+            "config_sync_interval_s",
+        ):
             value = getattr(self, name)
             if not value > 0:
                 raise MirrorConfigError(f"{name} must be a positive number of seconds, not {value}")
@@ -315,6 +361,10 @@ class MirrorOptions:
             ("producer_config", (Mapping, type(None)), "a dict of settings"),
             ("provenance_headers", (bool,), "True or False"),
             ("fast_lane", (bool,), "True or False"),
+            ("sync_topics", (bool,), "True or False"),
+            ("topic_configs", (Mapping, type(None)), "a dict of topic configs"),
+            ("config_exclude", (tuple,), "a tuple of regular expressions"),
+            ("partitioning", (str,), "'auto', 'preserve' or 'key'"),
         ):
             value = getattr(self, name)
             if not isinstance(value, kinds):
@@ -324,6 +374,7 @@ class MirrorOptions:
             "status_interval_s",
             "drain_timeout_s",
             "topic_refresh_interval_s",
+            "config_sync_interval_s",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -349,6 +400,7 @@ class MirrorOptions:
 
 
 _PROVENANCE_FORMATS = ("compact", "separate")
+PARTITIONING_MODES = ("auto", "preserve", "key")
 
 
 def _positive_int(name: str, value: int) -> None:

@@ -45,6 +45,7 @@ from confluent_kafka import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from failover_partitioner._config import client_settings
 from failover_partitioner._message import DeliveryReport
 from failover_partitioner.errors import ConfigError, FailoverError, ProduceTimeout, classify
 
@@ -53,6 +54,13 @@ from ._config import MirrorOptions
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._lane import FastLane, LaneFailure, lane_config
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
+from ._topics import (
+    EXCLUDED_CONFIGS,
+    TopicSync,
+    TopicSyncError,
+    admin_config,
+    exclusion_pattern,
+)
 
 __all__ = [
     "HEADER_SOURCE",
@@ -140,9 +148,29 @@ class LaneProducer(ProducerLike, Protocol):
     def flush(self, timeout: float | None = ...) -> int: ...
 
 
+@runtime_checkable
+class PlacingProducer(ProducerLike, Protocol):
+    """What ``--partitioning preserve`` needs of the producer: whether a partition is usable
+    now, and a preferred partition for a message's first attempt (the failover producer's)."""
+
+    def usable(self, topic: str, partition: int) -> bool: ...
+    def health(self, topic: str, timeout: float | None = ...) -> object: ...
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = ...,
+        key: bytes | str | None = ...,
+        headers: Any = ...,
+        on_delivery: DeliveryCallback | None = ...,
+        timestamp: int | None = ...,
+        partition: int | None = ...,
+    ) -> None: ...
+
+
 ConsumerFactory = Callable[[dict[str, str]], ConsumerLike]
 ProducerFactory = Callable[[dict[str, str]], ProducerLike]
 LaneFactory = Callable[[dict[str, Any]], Any]
+AdminFactory = Callable[[dict[str, Any]], Any]
 
 # While a target topic is not whole, the fast lane is off; this often it looks again.
 _LANE_RETRY_S = 1.0
@@ -180,6 +208,7 @@ class Mirror:
         consumer_factory: ConsumerFactory | None = None,
         producer_factory: ProducerFactory | None = None,
         lane_factory: LaneFactory | None = None,
+        admin_factory: AdminFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._options = options
@@ -191,7 +220,15 @@ class Mirror:
         )
         if lane_factory is None and producer_factory is None:
             lane_factory = _default_lane
+        if admin_factory is None and producer_factory is None and consumer_factory is None:
+            admin_factory = _default_admin
         self._lane_factory = lane_factory if options.fast_lane else None
+        self._admin_factory = admin_factory
+        self._topic_sync: TopicSync | None = None
+        self._next_config_sync = 0.0
+        # Target topic -> True while its messages keep their source partition number.
+        self._preserve: dict[str, bool] = {}
+        self._short_warned: set[str] = set()
         self._lane: FastLane | None = None
         # The lane takes messages only while on: off from the moment a target topic is not
         # whole until every target topic is again and the failover producer has nothing out.
@@ -259,6 +296,7 @@ class Mirror:
         try:
             self._producer = _build("target producer", self._producer_factory, opts.producer_config)
             self._start_lane()
+            self._start_topic_sync()
         except BaseException:
             self._consumer.close()
             if self._producer is not None:
@@ -436,6 +474,12 @@ class Mirror:
         no_timestamp = TIMESTAMP_NOT_AVAILABLE
         # Messages of the open span sent on the lane, counted into it when it closes.
         on_lane = 0
+        # Preserve mode: the target partition of the open span's messages (-1: the producer
+        # places them), and whether that is away from their own number (counted as rerouted).
+        preserving = self._preserve
+        place = -1
+        away = False
+        rerouted = self._rerouted
         try:
             for msg in batch:
                 err = msg.error()
@@ -463,6 +507,11 @@ class Mirror:
                         span.source = batch
                         count = 0
                     target = self._router.target(topic)
+                    place = -1
+                    away = False
+                    if preserving.get(target):
+                        place = self._placement(target, partition)
+                        away = place < 0
                     if not provenance:
                         pass
                     elif compact:
@@ -497,13 +546,15 @@ class Mirror:
                     else:
                         headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 ts_type, ts = msg.timestamp()
+                if away:
+                    rerouted[topic] = rerouted.get(topic, 0) + 1
                 if lane_cb is not None:
                     try:
                         lane_produce(  # type: ignore[misc]  # set with lane_cb
                             target,
                             msg.value(),
                             msg.key(),
-                            -1,  # the client's partitioner places it
+                            place,  # -1: the client's partitioner places it
                             lane_cb,
                             None,
                             ts if ts_type != no_timestamp else 0,
@@ -518,16 +569,27 @@ class Mirror:
                         continue
                 span.pending += 1
                 try:
-                    produce(
-                        target,
-                        msg.value(),
-                        msg.key(),
-                        headers,
-                        span,
-                        ts if ts_type != no_timestamp else None,
-                    )
+                    if place < 0:
+                        produce(
+                            target,
+                            msg.value(),
+                            msg.key(),
+                            headers,
+                            span,
+                            ts if ts_type != no_timestamp else None,
+                        )
+                    else:
+                        produce(  # type: ignore[call-arg]  # a PlacingProducer (see _placement)
+                            target,
+                            msg.value(),
+                            msg.key(),
+                            headers,
+                            span,
+                            ts if ts_type != no_timestamp else None,
+                            place,
+                        )
                 except (BufferError, ProduceTimeout):
-                    if not self._produce_when_room(target, msg, headers, span, ts_type, ts):
+                    if not self._produce_when_room(target, msg, headers, span, ts_type, ts, place):
                         # Stopping: not accepted, and the rest of the batch is not handed, nor
                         # committed. Committing this offset itself is safe (see withdraw).
                         span.pending -= 1
@@ -555,10 +617,12 @@ class Mirror:
         callback: DeliveryCallback | Span,
         ts_type: int,
         ts: int,
+        place: int = -1,
     ) -> bool:
         """The producer refused for lack of room: poll until it takes the message, or stop."""
         producer = self._producer
         assert producer is not None
+        extra = (place,) if place >= 0 else ()  # a PlacingProducer's partition preference
         while not self._stop_requested and self._fatal is None:
             producer.poll(0.1)
             self._handle_failures()
@@ -570,11 +634,123 @@ class Mirror:
                     headers,
                     callback,
                     ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+                    *extra,
                 )
                 return True
             except (BufferError, ProduceTimeout):
                 continue
         return False
+
+    # -- target topics and placement (see _topics.py) ---------------------------------------
+
+    def _start_topic_sync(self) -> None:
+        opts = self._options
+        if opts.partitioning == "preserve" and not isinstance(self._producer, PlacingProducer):
+            raise MirrorConfigError(
+                "--partitioning preserve needs the failover producer (a producer with usable() "
+                "and a partition preference); this Mirror was given another producer"
+            )
+        factory = self._admin_factory
+        if factory is None:
+            return
+        target_conf = client_settings(opts.producer_config).client_conf
+        self._topic_sync = TopicSync(
+            _build("source admin client", factory, admin_config(opts.consumer_config)),
+            _build("target admin client", factory, admin_config(target_conf)),
+            manage=opts.sync_topics,
+            replication_factor=opts.topic_replication_factor,
+            extra_configs=opts.topic_configs,
+            excluded=exclusion_pattern((*EXCLUDED_CONFIGS, *opts.config_exclude)),
+        )
+
+    def _sync_topics(self, topics: Sequence[str], source_md: Any) -> bool:
+        """Bring the target topics of ``topics`` in line with their sources (create, grow, and
+        every ``config_sync_interval_s`` configs), then decide each one's placement. False
+        when a cluster could not be read: the caller keeps its subscription as it is."""
+        sync = self._topic_sync
+        if sync is not None and topics:
+            now = self._clock()
+            configs = now >= self._next_config_sync
+            try:
+                sync.sync([(t, self._router.target(t)) for t in topics], configs=configs)
+            except TopicSyncError:
+                raise
+            except KafkaException as exc:
+                logger.warning(
+                    "cannot sync target topics (%s); keeping the current subscription", exc
+                )
+                return False
+            if configs:
+                self._next_config_sync = now + self._options.config_sync_interval_s
+            for target in sync.changed:
+                self._refresh_target(target)
+        for topic in topics:
+            self._decide_placement(topic, source_md.topics.get(topic))
+        return True
+
+    def _refresh_target(self, target: str) -> None:
+        """A target topic was created or grew: the producer learns its partitions now, so
+        that preserve mode does not route the new partitions' messages elsewhere meanwhile."""
+        refresh = getattr(self._producer, "refresh", None)
+        if refresh is None or target not in self._targets:
+            return  # metadata is fetched when the topic is first produced to
+        try:
+            refresh(target)
+        except (FailoverError, KafkaException) as exc:
+            logger.debug("cannot refresh target topic %r now: %s", target, exc)
+
+    def _decide_placement(self, topic: str, source_md: Any) -> None:
+        """Whether ``topic``'s messages keep their partition number on the target (one place
+        for the rule; see MirrorOptions.partitioning)."""
+        mode = self._options.partitioning
+        target = self._router.target(topic)
+        if mode == "key" or not isinstance(self._producer, PlacingProducer):
+            self._preserve[target] = False
+            return
+        known = self._topic_sync.partitions.get(target) if self._topic_sync else None
+        source_partitions = len(source_md.partitions) if source_md is not None else 0
+        if known is not None and known < source_partitions:
+            detail = (
+                f"target topic {target!r} has {known} partitions and its source {topic!r} has "
+                f"{source_partitions}"
+            )
+            remedy = (
+                f"add partitions to the target (kafka-topics.sh --alter --topic {target} "
+                f"--partitions {source_partitions}), let the mirror do it (without "
+                "--no-sync-topics), or pass --partitioning key"
+            )
+            if mode == "preserve":
+                raise TopicSyncError(
+                    f"{detail}: --partitioning preserve cannot keep source partitions "
+                    f"{known}..{source_partitions - 1} on their numbers, and will not fold them "
+                    f"onto others; {remedy}"
+                )
+            if target not in self._short_warned:
+                self._short_warned.add(target)
+                logger.warning(
+                    "%s: its messages are placed by key, not by source partition; %s",
+                    detail,
+                    remedy,
+                )
+            self._preserve[target] = False
+            return
+        self._preserve[target] = True
+
+    def _placement(self, target: str, partition: int) -> int:
+        """The target partition for messages of source ``partition`` now: the same number
+        while that partition is usable (preserve mode), else -1 (the producer places them)."""
+        if not self._preserve.get(target):
+            return -1
+        producer: PlacingProducer = self._producer  # type: ignore[assignment]  # see _decide
+        if target not in self._targets and isinstance(producer, LaneProducer):
+            self._whole(target)  # fetches the topic's metadata once
+        elif target not in self._targets:
+            self._targets.add(target)
+            try:
+                producer.health(target)
+            except (FailoverError, KafkaException) as exc:
+                logger.debug("no metadata for target topic %r yet: %s", target, exc)
+        return partition if producer.usable(target, partition) else -1
 
     # -- the fast lane (see _lane.py) -------------------------------------------------------
 
@@ -991,13 +1167,15 @@ class Mirror:
             logger.warning("cannot list source topics (%s); keeping the current subscription", exc)
             return
         topics = tuple(sorted(t for t in metadata.topics if self._router.selects(t)))
+        for topic in topics:
+            self._router.target(topic)  # an illegal renamed name fails here, before consuming
+        if not self._sync_topics(topics, metadata):
+            return
         if topics == (self._subscribed or ()):
             if not topics and self._subscribed is None:
                 logger.debug("no source topic matches --include %r yet", self._options.include)
             return
         if topics:
-            for topic in topics:
-                self._router.target(topic)  # an illegal renamed name fails here, before consuming
             logger.info("subscribing to %d source topics: %s", len(topics), ", ".join(topics))
             consumer.subscribe(
                 list(topics),
@@ -1336,6 +1514,12 @@ def _default_consumer(conf: dict[str, str]) -> ConsumerLike:
 
     consumer: ConsumerLike = Consumer(conf)
     return consumer
+
+
+def _default_admin(conf: dict[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(conf)
 
 
 def _default_lane(conf: dict[str, Any]) -> Any:

@@ -100,6 +100,52 @@ def _parser() -> argparse.ArgumentParser:
         "docs/mirror.md)",
     )
     ap.add_argument(
+        "--partitioning",
+        choices=("auto", "preserve", "key"),
+        default="auto",
+        help="preserve: source partition p to target partition p while p is usable, routed "
+        "around (and counted) while it is not; key: placement by key, as Kafka's default "
+        "partitioner; auto: preserve when the target topic has at least as many partitions "
+        "as its source, else key (default: auto)",
+    )
+    ap.add_argument(
+        "--no-sync-topics",
+        dest="sync_topics",
+        action="store_false",
+        help="do not create, grow or configure target topics (the target is managed "
+        "elsewhere); a target with fewer partitions than its source is still reported",
+    )
+    ap.add_argument(
+        "--topic-replication-factor",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="replication factor of target topics the mirror creates (default: the target "
+        "cluster's default.replication.factor)",
+    )
+    ap.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a topic config for every target topic, winning over the source's (repeatable)",
+    )
+    ap.add_argument(
+        "--config-exclude",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="source topic configs (whole names) not to copy, besides MirrorMaker 2's "
+        "default exclusions (repeatable)",
+    )
+    ap.add_argument(
+        "--config-sync-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how often topic configs are copied again (default: 60)",
+    )
+    ap.add_argument(
         "--commit-interval",
         type=float,
         default=5.0,
@@ -167,7 +213,26 @@ def _options(args: argparse.Namespace) -> MirrorOptions:
         drain_timeout_s=args.drain_timeout,
         topic_refresh_interval_s=args.topic_refresh_interval,
         status_interval_s=args.status_interval,
+        partitioning=args.partitioning,
+        sync_topics=args.sync_topics,
+        topic_replication_factor=args.topic_replication_factor,
+        topic_configs=_topic_configs(args.topic_config),
+        config_exclude=tuple(args.config_exclude),
+        config_sync_interval_s=args.config_sync_interval,
     )
+
+
+def _topic_configs(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise MirrorConfigError(
+                f"--topic-config {pair!r}: give NAME=VALUE, e.g. "
+                "--topic-config retention.ms=86400000"
+            )
+        out[name.strip()] = value
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
