@@ -33,8 +33,15 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs l
     NewPartitions,
     ResourceType,
 )
+from prometheus_client import CollectorRegistry
 
-from failover_partitioner.mirror import HEADER_SOURCE, Mirror, MirrorOptions, MirrorStatus
+from failover_partitioner.mirror import (
+    HEADER_SOURCE,
+    Mirror,
+    MirrorOptions,
+    MirrorStatus,
+    format_status,
+)
 from failover_partitioner.mirror._topics import TopicSyncError
 from minibroker import Cluster
 
@@ -61,8 +68,8 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
 class RunningMirror:
     """A Mirror on a thread of its own; ``latest`` is its last status."""
 
-    def __init__(self, options: MirrorOptions) -> None:
-        self.mirror = Mirror(options)
+    def __init__(self, options: MirrorOptions, registry: CollectorRegistry | None = None) -> None:
+        self.mirror = Mirror(options, metrics_registry=registry)
         self.latest: MirrorStatus | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -185,7 +192,8 @@ def test_new_topic_is_created_like_its_source_and_follows_config_and_partition_c
         },
     )
     produce(src, "orders", range(6), 50, "a")
-    running = RunningMirror(options(src, dst, "sync"))
+    registry = CollectorRegistry()
+    running = RunningMirror(options(src, dst, "sync"), registry)
     dst_admin = AdminClient({"bootstrap.servers": dst.bootstrap_servers})
     src_admin = AdminClient({"bootstrap.servers": src.bootstrap_servers})
     try:
@@ -221,12 +229,34 @@ def test_new_topic_is_created_like_its_source_and_follows_config_and_partition_c
         wait_for(lambda: len(ends(dst, "orders")) == 8, 20, "8 partitions on the target")
         produce(src, "orders", range(8), 50, "b")
         wait_for(lambda: running.delivered() >= 700, 40, "700 deliveries")
+        # Replication latency and record age per topic, as MirrorMaker 2's metrics: the
+        # records were written before the mirror read them, so both are positive.
+        wait_for(
+            lambda: (
+                registry.get_sample_value(
+                    "failover_mirror_replication_latency_ms", {"topic": "orders"}
+                )
+                is not None
+            ),
+            5,
+            "the latency metric",
+        )
+        latency = registry.get_sample_value(
+            "failover_mirror_replication_latency_ms", {"topic": "orders"}
+        )
+        age = registry.get_sample_value("failover_mirror_record_age_ms", {"topic": "orders"})
+        assert latency is not None
+        assert age is not None
+        assert 0 < latency < 60_000
+        assert 0 < age < 60_000
         status = running.stop()
     except BaseException:
         running.mirror.stop()
         raise
     assert status.failed == 0
     assert status.rerouted == 0
+    assert dict(status.replication_latency_ms)["orders"] > 0
+    assert "latency " in format_status(status)
 
     # Every message on its source partition number, in source order, each exactly once.
     target = read_all(dst, "orders")

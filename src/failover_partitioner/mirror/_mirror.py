@@ -210,6 +210,7 @@ class Mirror:
         lane_factory: LaneFactory | None = None,
         admin_factory: AdminFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._options = options
         self._router = options.router()
@@ -236,7 +237,10 @@ class Mirror:
         self._lane_retry_at = 0.0
         self._targets: set[str] = set()
         self._clock = clock
-        self._ledger = CommitLedger()
+        # Wall-clock time only to compare with record timestamps (latency and age).
+        self._wall_clock = wall_clock
+        self._ledger = CommitLedger(lambda: wall_clock() * 1000.0)
+        self._record_age_ms: dict[str, float] = {}
         self._failures: deque[_Failure] = deque()
         # Per span with failures: the offsets already matched to a failure report.
         self._claimed: dict[Span, set[int]] = {}
@@ -352,6 +356,8 @@ class Mirror:
             delivered_per_s=rate,
             commits=self._commits,
             partitions=partitions,
+            replication_latency_ms=tuple(sorted(self._ledger.latency_ms.items())),
+            record_age_ms=tuple(sorted(self._record_age_ms.items())),
         )
 
     def _delivered_by_topic(self) -> dict[str, int]:
@@ -480,6 +486,10 @@ class Mirror:
         place = -1
         away = False
         rerouted = self._rerouted
+        # Record age (MM2's record-age-ms): the latest consumed record's, per source topic.
+        ages = self._record_age_ms
+        now_ms = self._wall_clock() * 1000.0
+        last_ts = 0
         try:
             for msg in batch:
                 err = msg.error()
@@ -495,6 +505,9 @@ class Mirror:
                 if partition != last_partition or topic != last_topic:
                     if span is not None:
                         consumed[last_topic] = consumed.get(last_topic, 0) + count
+                        if last_ts > 0:
+                            span.stamp_ms = last_ts
+                            ages[last_topic] = now_ms - last_ts
                         span.pending += on_lane
                         span.lane += on_lane
                         on_lane = 0
@@ -546,6 +559,7 @@ class Mirror:
                     else:
                         headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 ts_type, ts = msg.timestamp()
+                last_ts = ts if ts_type != no_timestamp else 0
                 if away:
                     rerouted[topic] = rerouted.get(topic, 0) + 1
                 if lane_cb is not None:
@@ -605,6 +619,9 @@ class Mirror:
             # Also when a consumer error or the producer raises midway: what was handed counts.
             if span is not None:
                 consumed[last_topic] = consumed.get(last_topic, 0) + count
+                if last_ts > 0:
+                    span.stamp_ms = last_ts
+                    ages[last_topic] = now_ms - last_ts
                 span.pending += on_lane
                 span.lane += on_lane
                 span.tracker.close(span, end, count)
@@ -1169,6 +1186,11 @@ class Mirror:
         topics = tuple(sorted(t for t in metadata.topics if self._router.selects(t)))
         for topic in topics:
             self._router.target(topic)  # an illegal renamed name fails here, before consuming
+        if self._options.source_servers == self._options.target_servers:
+            # One cluster: a topic the mirror writes is not mirrored again (copy.t would
+            # become copy.copy.t, and so on), as MirrorMaker 2 skips its remote topics.
+            written = {self._router.target(t) for t in topics}
+            topics = tuple(t for t in topics if t not in written)
         if not self._sync_topics(topics, metadata):
             return
         if topics == (self._subscribed or ()):
@@ -1446,6 +1468,8 @@ class Mirror:
             uncommitted=self._ledger.window,
             paused=self._paused,
             partitions=self._partition_statuses(),
+            replication_latency_ms=tuple(sorted(self._ledger.latency_ms.items())),
+            record_age_ms=tuple(sorted(self._record_age_ms.items())),
         )
 
 

@@ -349,6 +349,8 @@ class TopicSync:
                 future.result()
             except KafkaException as exc:
                 err = _error_of(exc)
+                if self._target_partitions(name) >= plan.grow_to:
+                    continue  # grown meanwhile (our metadata was behind): nothing to do
                 raise TopicSyncError(
                     f"source topic {plan.source!r} has {plan.grow_to} partitions and the "
                     f"target cluster refused to grow target topic {name!r} to as many: "
@@ -362,6 +364,14 @@ class TopicSync:
             )
             self.partitions[name] = plan.grow_to
             self.changed.add(name)
+
+    def _target_partitions(self, topic: str) -> int:
+        """The target topic's partition count as its metadata says now (0 if unknown)."""
+        try:
+            md = self._target.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
+        except KafkaException:
+            return 0
+        return len(md.partitions) if _exists(md) else 0
 
     def _alter(self, plans: list[TopicPlan]) -> None:
         from confluent_kafka.admin import (  # type: ignore[attr-defined]  # stubs lag
