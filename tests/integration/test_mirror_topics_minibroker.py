@@ -16,6 +16,7 @@ clusters (issue 21), with real clients: the mirror's own AdminClients, consumer 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import defaultdict
@@ -366,3 +367,145 @@ def test_preserve_mode_refuses_a_target_with_fewer_partitions_than_its_source(
     assert "--partitioning key" in text
     assert sum(ends(dst, "clicks").values()) == 0
     assert committed(src, "short", "clicks", 6) == dict.fromkeys(range(6), -1001)
+
+
+def read_half(cluster: Cluster, group: str, topic: str, upto: int, partitions: int) -> set[bytes]:
+    """A consumer group reads ``topic`` on ``cluster`` up to offset ``upto`` of each partition
+    and commits there; returns the payloads it read."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    seen: set[bytes] = set()
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        position = dict.fromkeys(range(partitions), 0)
+        deadline = time.monotonic() + 30
+        while any(at < upto for at in position.values()):
+            assert time.monotonic() < deadline, "the group could not read its half"
+            for msg in consumer.consume(500, 0.5):
+                p, offset = msg.partition(), msg.offset()
+                assert p is not None
+                assert offset is not None
+                if offset < upto:
+                    seen.add(msg.value())  # type: ignore[arg-type]
+                    position[p] = max(position[p], offset + 1)
+                else:
+                    consumer.pause([TopicPartition(topic, p)])
+        consumer.commit(
+            offsets=[TopicPartition(topic, p, upto) for p in range(partitions)],
+            asynchronous=False,
+        )
+    finally:
+        consumer.close()
+    return seen
+
+
+def at(consumer: Consumer, tp: TopicPartition) -> int:
+    """The consumer's position in ``tp``: where it read to, or its committed offset while it
+    has read nothing there (the position is then unknown)."""
+    position = consumer.position([tp])[0].offset
+    if position >= 0:
+        return int(position)
+    return int(consumer.committed([tp], 10)[0].offset)
+
+
+def read_rest(cluster: Cluster, group: str, topic: str) -> list[bytes]:
+    """The group subscribes on ``cluster`` and reads from its committed offsets to the end."""
+    want = ends(cluster, topic)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        }
+    )
+    out: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while True:
+            for msg in consumer.consume(500, 0.3):
+                assert msg.error() is None, msg.error()
+                out.append(msg.value())  # type: ignore[arg-type]
+            assigned = consumer.assignment()
+            if assigned and all(at(consumer, tp) >= want[tp.partition] for tp in assigned):
+                return out
+            assert time.monotonic() < deadline, "the group could not read the rest"
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("fault", [False, True], ids=["healthy", "rerouted"])
+def test_a_group_moved_with_translate_reads_the_rest_on_the_target_missing_nothing(
+    fault: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from failover_partitioner.mirror.cli import main
+
+    with Cluster(brokers=3) as src, Cluster(brokers=5, config=FAST) as dst:
+        src.create_topic("orders", partitions=6, replication_factor=3)
+        running = RunningMirror(options(src, dst, "mirror", topic_replication_factor=3))
+        try:
+            produce(src, "orders", range(6), 50, "first")
+            wait_for(lambda: running.delivered() >= 300, 30, "300 deliveries")
+            down: set[int] = set()
+            if fault:
+                down = {s.partition for s in dst.describe("orders") if {4, 5} <= set(s.replicas)}
+                assert down
+                dst.stop_broker(4)
+                dst.stop_broker(5)
+                wait_for(
+                    lambda: {s.partition for s in dst.describe("orders") if len(s.isr) < 2} == down,
+                    10,
+                    "the fault",
+                )
+            produce(src, "orders", range(6), 50, "second")
+            wait_for(lambda: running.delivered() >= 600, 30, "600 deliveries")
+            wait_for(
+                lambda: committed(src, "mirror", "orders", 6) == ends(src, "orders"),
+                30,
+                "the mirror's commits",
+            )
+            time.sleep(1.5)  # a periodic commit writes the last offset syncs
+            status = running.stop()
+        except BaseException:
+            running.mirror.stop()
+            raise
+        if fault:
+            assert status.rerouted >= 50 * len(down)
+            dst.start_broker(4)
+            dst.start_broker(5)
+            wait_for(lambda: all(len(s.isr) == 3 for s in dst.describe("orders")), 30, "recovery")
+
+        # The application's group read three quarters of each source partition.
+        read_on_source = read_half(src, "app", "orders", 75, 6)
+        args = ["--source", src.bootstrap_servers, "--target", dst.bootstrap_servers]
+        capsys.readouterr()
+        assert main(["translate", *args, "--group", "app", "--commit", "--json"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert len(rows) == 6
+        promised = sum(r["rereads"] for r in rows)
+        rest = read_rest(dst, "app", "orders")
+
+        # An unknown group: a clear error, nothing committed.
+        assert main(["translate", *args, "--group", "nobody"]) == 1
+        assert "consumer group 'nobody' has no committed offset" in capsys.readouterr().err
+
+    everything = {
+        b"%s-%d-%d" % (tag, p, i)
+        for tag in (b"first", b"second")
+        for p in range(6)
+        for i in range(50)
+    }
+    assert read_on_source | set(rest) == everything, "the moved group missed messages"
+    again = [v for v in rest if v in read_on_source]
+    print(f"fault={fault}: re-read {len(again)} (promised {promised}); rows {rows}")
+    assert len(again) == promised
+    if not fault:
+        assert promised == 0  # preserve mode, healthy: each target partition is its source's

@@ -211,7 +211,13 @@ def test_preserve_mode_routes_around_paused_target_brokers_and_returns_after(
     }
     assert set(places) == expected, "a source message is missing on the copy"
     away = {v for v, ps in places.items() if all(tp != sp for tp, sp in ps)}
-    assert away == {b"during-%d-%d" % (p, i) for p in down for i in range(100)}
+    # Every message of a degraded partition written during the fault went elsewhere. A
+    # partition led by a paused broker is briefly leaderless too (until the controller fences
+    # that broker), so some of its messages may have moved as well; nothing else did, and
+    # nothing after recovery.
+    assert {b"during-%d-%d" % (p, i) for p in down for i in range(100)} <= away
+    led_by_paused = {p for p, replicas in enumerate(assignment) if replicas[0] in FAULTY}
+    assert away <= {b"during-%d-%d" % (p, i) for p in down | led_by_paused for i in range(100)}
     assert status.rerouted >= len(away)
     duplicates = sum(len(x) for x in places.values()) - len(places)
     print(

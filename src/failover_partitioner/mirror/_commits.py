@@ -305,6 +305,12 @@ class PartitionTracker:
         return self._committed
 
     @property
+    def next_offset(self) -> int | None:
+        """The next offset to hand: every offset handed so far is below it (None before the
+        first). Offset syncs pair it with the target's ends (see ``_offsets``)."""
+        return self._next
+
+    @property
     def in_flight(self) -> int:
         """Messages handed to the producer whose outcome has not come back."""
         return sum(s.pending - s.open for s in self._pending)

@@ -139,6 +139,10 @@ class TopicRouter:
         self._never = never
         self._cache: dict[str, str] = {}
 
+    @property
+    def include(self) -> str:
+        return self._include.pattern
+
     def selects(self, topic: str) -> bool:
         if topic.startswith("__") or topic in self._never:
             return False
@@ -248,6 +252,9 @@ class MirrorOptions:
     """Regular expressions (whole names) of source topic configs not to copy, besides
     MirrorMaker 2's default exclusions (see ``_topics.EXCLUDED_CONFIGS``)."""
     config_sync_interval_s: float = 60.0
+    offset_syncs_topic: str | None = "failover-mirror.offset-syncs"
+    """Compacted topic on the target where the mirror records, as it commits, where source
+    offsets are on the target (for ``failover-mirror translate``); None: none written."""
     partitioning: str = "auto"
     """``"preserve"``: source partition p goes to target partition p while p is usable, and
     elsewhere (counted as rerouted) while it is not; ``"key"``: placement by key (murmur2) as
@@ -304,6 +311,12 @@ class MirrorOptions:
             raise MirrorConfigError(
                 f"--dead-letter-topic {self.dead_letter_topic!r} is not a legal Kafka topic name"
             )
+        if self.offset_syncs_topic is not None and not _TOPIC_NAME.fullmatch(
+            self.offset_syncs_topic
+        ):
+            raise MirrorConfigError(
+                f"--offset-syncs-topic {self.offset_syncs_topic!r} is not a legal Kafka topic name"
+            )
         if self.provenance_format not in _PROVENANCE_FORMATS:
             raise MirrorConfigError(
                 f"--provenance-format must be one of {', '.join(_PROVENANCE_FORMATS)}, not "
@@ -357,6 +370,7 @@ class MirrorOptions:
             ("rename", (str,), "a template"),
             ("exclude", (str, type(None)), "a regular expression or None"),
             ("dead_letter_topic", (str, type(None)), "a topic name or None"),
+            ("offset_syncs_topic", (str, type(None)), "a topic name or None"),
             ("consumer_config", (Mapping, type(None)), "a dict of settings"),
             ("producer_config", (Mapping, type(None)), "a dict of settings"),
             ("provenance_headers", (bool,), "True or False"),
@@ -393,7 +407,7 @@ class MirrorOptions:
         return self.consumer_config["group.id"]
 
     def router(self) -> TopicRouter:
-        never = frozenset([self.dead_letter_topic]) if self.dead_letter_topic else frozenset()
+        never = frozenset(t for t in (self.dead_letter_topic, self.offset_syncs_topic) if t)
         return TopicRouter(
             include=self.include, exclude=self.exclude, rename=self.rename, never=never
         )

@@ -53,6 +53,7 @@ from ._commits import CommitLedger, Span
 from ._config import MirrorOptions
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._lane import FastLane, LaneFailure, lane_config
+from ._offsets import OffsetSync
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
 from ._topics import (
     EXCLUDED_CONFIGS,
@@ -230,6 +231,9 @@ class Mirror:
         # Target topic -> True while its messages keep their source partition number.
         self._preserve: dict[str, bool] = {}
         self._short_warned: set[str] = set()
+        # Offset syncs (see _offsets): the next offset last recorded per source partition.
+        self._synced: dict[tuple[str, int], int] = {}
+        self._next_offset_sync = 0.0
         self._lane: FastLane | None = None
         # The lane takes messages only while on: off from the moment a target topic is not
         # whole until every target topic is again and the failover producer has nothing out.
@@ -679,6 +683,11 @@ class Mirror:
             extra_configs=opts.topic_configs,
             excluded=exclusion_pattern((*EXCLUDED_CONFIGS, *opts.config_exclude)),
         )
+        if opts.offset_syncs_topic is not None:
+            # One partition, compacted, as MirrorMaker 2's offset-syncs topic.
+            self._topic_sync.ensure(
+                opts.offset_syncs_topic, partitions=1, configs={"cleanup.policy": "compact"}
+            )
 
     def _sync_topics(self, topics: Sequence[str], source_md: Any) -> bool:
         """Bring the target topics of ``topics`` in line with their sources (create, grow, and
@@ -1352,6 +1361,49 @@ class Mirror:
         if done:
             self._commits += 1
             logger.debug("%s commit: %s", reason, done)
+            now = self._clock()
+            if now >= self._next_offset_sync or reason in ("shutdown", "revocation"):
+                self._next_offset_sync = now + self._options.commit_interval_s
+                self._write_offset_syncs()
+
+    def _write_offset_syncs(self) -> None:
+        """Record, per source partition, that what is handed from now on lands past the
+        target's current ends (see _offsets). Nothing is handed between reading the next
+        offsets and asking for the ends: both happen here, on the loop's thread."""
+        sync, topic = self._topic_sync, self._options.offset_syncs_topic
+        producer = self._producer
+        if sync is None or topic is None or producer is None:
+            return
+        marks = {}
+        for tracker in self._ledger:
+            at = tracker.next_offset
+            where = (tracker.topic, tracker.partition)
+            if at is not None and self._synced.get(where) != at:
+                marks[where] = at
+        if not marks:
+            return
+        try:
+            ends = sync.ends({self._router.target(t) for t, _ in marks})
+        except KafkaException as exc:
+            logger.debug("no offset sync this time: cannot read the target's ends: %s", exc)
+            return
+        for (source, partition), at in marks.items():
+            target = self._router.target(source)
+            if target not in ends:
+                continue
+            record = OffsetSync(
+                source_topic=source,
+                source_partition=partition,
+                source_offset=at,
+                target_topic=target,
+                target_offsets=ends[target],
+            )
+            try:
+                producer.produce(topic, record.value(), record.key(), None, _on_sync_delivery)
+            except (BufferError, ProduceTimeout, KafkaException) as exc:
+                logger.debug("offset sync for %s[%d] not written: %s", source, partition, exc)
+                continue
+            self._synced[(source, partition)] = at
 
     # -- shutdown ------------------------------------------------------------------------
 
@@ -1521,6 +1573,12 @@ def _provenance_of(
         return text, int(found[HEADER_SOURCE_PARTITION]), int(found[HEADER_SOURCE_OFFSET])
     except (KeyError, TypeError, ValueError, UnicodeDecodeError):
         return None
+
+
+def _on_sync_delivery(err: KafkaError | None, report: object) -> None:
+    if err is not None:
+        # Only a hint for translation (which stays correct without it): logged, not fatal.
+        logger.warning("an offset sync was not written: %s", _describe(err))
 
 
 def _describe(err: KafkaError) -> str:

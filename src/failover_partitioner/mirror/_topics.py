@@ -264,6 +264,41 @@ class TopicSync:
         self._apply(plans)
         return plans
 
+    def ensure(self, topic: str, *, partitions: int, configs: Mapping[str, str]) -> None:
+        """Create the mirror's own ``topic`` on the target if it is missing (even with
+        ``manage`` off: it is the mirror's, not a copy of a source topic)."""
+        md = self._target.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
+        if _exists(md):
+            return
+        plan = TopicPlan(
+            source="(the mirror's own)",
+            target=topic,
+            create=True,
+            partitions=partitions,
+            set_configs=tuple(sorted(configs.items())),
+        )
+        self._create([plan])
+
+    def ends(self, topics: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """The high watermark of every partition of each target topic (as many partitions as
+        the last sync saw), asked in one request."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # stubs lag
+
+        wanted = {
+            TopicPartition(t, q): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            for t in topics
+            for q in range(self.partitions.get(t, 0))
+        }
+        if not wanted:
+            return {}
+        found: dict[str, dict[int, int]] = {}
+        for tp, future in self._target.list_offsets(
+            wanted, request_timeout=self._timeout_s
+        ).items():
+            found.setdefault(tp.topic, {})[tp.partition] = future.result().offset
+        return {t: tuple(by_q[q] for q in range(len(by_q))) for t, by_q in found.items()}
+
     def _topic_configs(self, admin: Any, topics: list[str]) -> dict[str, dict[str, str]]:
         from confluent_kafka.admin import (  # type: ignore[attr-defined]  # stubs lag
             ConfigResource,
