@@ -41,9 +41,9 @@ from failover_partitioner.mirror import (
     Mirror,
     MirrorOptions,
     MirrorStatus,
+    TopicSyncError,
     format_status,
 )
-from failover_partitioner.mirror._topics import TopicSyncError
 from minibroker import Cluster
 
 FAST = {

@@ -29,8 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs l
     ResourceType,
 )
 
-from failover_partitioner.mirror import Mirror, MirrorOptions
-from failover_partitioner.mirror._topics import TopicSyncError
+from failover_partitioner.mirror import Mirror, MirrorOptions, TopicSyncError
 from tests.integration.test_mirror_topics_minibroker import RunningMirror, source_of, topic_configs
 from tests.kafka.support import FAULTY, degraded, high_watermarks, spread, wait_for, whole
 from tests.realkafka.cluster import KafkaCluster
