@@ -11,15 +11,20 @@ in this process with the real clients it builds itself (consumer, producers, adm
    partitions' messages go elsewhere and are counted, and after recovery placement is p -> p.
 3. A target that refuses to create the topic (a replication factor it cannot place): a clear
    error naming the topic and why, nothing committed.
+4. A consumer group that read three quarters of the source, moved with ``failover-mirror
+   translate`` after a fault that rerouted messages, reads the rest on the copy with nothing
+   missing and exactly the re-reads the command counted; an unknown group is a clear error.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
     AlterConfigOpType,
@@ -30,7 +35,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs l
 )
 
 from failover_partitioner.mirror import Mirror, MirrorOptions, TopicSyncError
-from tests.integration.test_mirror_topics_minibroker import RunningMirror, source_of, topic_configs
+from tests.integration.test_mirror_topics_minibroker import (
+    RunningMirror,
+    at,
+    source_of,
+    topic_configs,
+)
 from tests.kafka.support import FAULTY, degraded, high_watermarks, spread, wait_for, whole
 from tests.realkafka.cluster import KafkaCluster
 
@@ -245,3 +255,142 @@ def test_a_target_refusing_to_create_the_topic_stops_the_mirror_naming_it(
     assert "INVALID_REPLICATION_FACTOR" in text
     assert f"copy.{source}" not in cluster.admin().list_topics(timeout=10).topics
     assert committed(cluster.bootstrap_servers, group, source, 3) == dict.fromkeys(range(3), -1001)
+
+
+def test_a_group_moved_with_translate_after_a_rerouting_fault_misses_nothing(
+    kafka_cluster: KafkaCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from failover_partitioner.mirror.cli import main
+
+    cluster = kafka_cluster
+    bootstrap = cluster.bootstrap_servers
+    source = f"moves-{uuid.uuid4().hex[:8]}"
+    target = f"copy.{source}"
+    cluster.create_topic(
+        source, assignment=[[(p + i) % 3 + 1 for i in range(3)] for p in range(12)]
+    )
+    assignment = spread()
+    cluster.create_topic(target, assignment=assignment)
+    down = {p for p, replicas in enumerate(assignment) if set(FAULTY) <= set(replicas)}
+    running = RunningMirror(options(cluster, f"mirror-{source}", source))
+    try:
+        produce(bootstrap, source, range(12), 50, "first")
+        wait_for(lambda: running.delivered() >= 600, 60, "600 deliveries")
+        for broker in FAULTY:
+            cluster.pause(broker)
+        wait_for(lambda: degraded(cluster, target) == down, 60, f"partitions {down} degraded")
+        produce(bootstrap, source, range(12), 50, "second")
+        wait_for(lambda: running.delivered() >= 1200, 120, "1200 deliveries")
+        for broker in FAULTY:
+            cluster.resume(broker)
+        wait_for(lambda: whole(cluster, target), 120, "recovery")
+        wait_for(
+            lambda: (
+                committed(bootstrap, f"mirror-{source}", source, 12)
+                == high_watermarks(bootstrap, source, 12)
+            ),
+            60,
+            "the mirror's commits",
+        )
+        time.sleep(1.5)  # a periodic commit writes the last offset syncs
+        status = running.stop()
+    except BaseException:
+        running.mirror.stop()
+        raise
+    assert status.rerouted >= 50 * len(down)
+
+    group = f"app-{source}"
+    read_on_source = read_upto(bootstrap, group, source, 75, 12)
+    args = ["--source", bootstrap, "--target", bootstrap, "--rename", "copy.{topic}"]
+    capsys.readouterr()
+    code = main(
+        ["translate", *args, "--include", re.escape(source), "--group", group, "--commit", "--json"]
+    )
+    assert code == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 12
+    promised = sum(r["rereads"] for r in rows)
+    rest = read_rest(bootstrap, group, target, 12)
+    everything = {
+        b"%s-%d-%d" % (tag, p, i)
+        for tag in (b"first", b"second")
+        for p in range(12)
+        for i in range(50)
+    }
+    assert read_on_source | set(rest) == everything, "the moved group missed messages"
+    again = [v for v in rest if v in read_on_source]
+    print(
+        f"degraded {sorted(down)}; rerouted {status.rerouted}; re-read {len(again)} "
+        f"(promised {promised})"
+    )
+    assert len(again) == promised
+
+    assert (
+        main(["translate", *args, "--include", re.escape(source), "--group", f"nobody-{source}"])
+        == 1
+    )
+    assert "has no committed offset" in capsys.readouterr().err
+
+
+def read_upto(bootstrap: str, group: str, topic: str, upto: int, partitions: int) -> set[bytes]:
+    """The group reads each partition of ``topic`` up to ``upto`` and commits there."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    seen: set[bytes] = set()
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        done: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(done) < partitions:
+            assert time.monotonic() < deadline, "the group could not read its part"
+            for msg in consumer.consume(1000, 0.5):
+                p, offset = msg.partition(), msg.offset()
+                assert p is not None
+                assert offset is not None
+                if offset < upto:
+                    seen.add(msg.value())  # type: ignore[arg-type]
+                if offset >= upto - 1:
+                    done.add(p)
+                    consumer.pause([TopicPartition(topic, p)])
+        consumer.commit(
+            offsets=[TopicPartition(topic, p, upto) for p in range(partitions)], asynchronous=False
+        )
+    finally:
+        consumer.close()
+    return seen
+
+
+def read_rest(bootstrap: str, group: str, topic: str, partitions: int) -> list[bytes]:
+    """The group subscribes and reads from its committed offsets to the current ends."""
+    ends = high_watermarks(bootstrap, topic, partitions)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        }
+    )
+    out: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 90
+        while True:
+            for msg in consumer.consume(1000, 0.5):
+                assert msg.error() is None, msg.error()
+                out.append(msg.value())  # type: ignore[arg-type]
+            assigned = consumer.assignment()
+            if len(assigned) == partitions and all(
+                at(consumer, tp) >= ends[tp.partition] for tp in assigned
+            ):
+                return out
+            assert time.monotonic() < deadline, "the group could not read the rest"
+    finally:
+        consumer.close()

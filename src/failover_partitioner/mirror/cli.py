@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
             "around; commits each source partition only up to its first message not yet "
             "delivered (at-least-once)."
         ),
+        epilog=f"To move a consumer group from the source to the target: {PROG} translate --help",
     )
     ap.add_argument("--source", metavar="BOOTSTRAP", help="source cluster bootstrap servers")
     ap.add_argument("--target", metavar="BOOTSTRAP", help="target cluster bootstrap servers")
