@@ -505,7 +505,8 @@ def test_a_group_moved_with_translate_reads_the_rest_on_the_target_missing_nothi
     }
     assert read_on_source | set(rest) == everything, "the moved group missed messages"
     again = [v for v in rest if v in read_on_source]
-    print(f"fault={fault}: re-read {len(again)} (promised {promised}); rows {rows}")
+    with capsys.disabled():
+        print(f"fault={fault}: re-read {len(again)} (promised {promised}); rows {rows}")
     assert len(again) == promised
     if not fault:
         assert promised == 0  # preserve mode, healthy: each target partition is its source's

@@ -21,6 +21,11 @@ One thread does everything, so every piece of state has one writer:
 * Rebalance callbacks run inside ``consume``: a revoked partition's in-flight messages are
   finished (or, past ``drain_timeout_s``, abandoned) and its delivered prefix committed before
   the partition goes to another member, as MirrorMaker does since KAFKA-4521.
+* Before a source topic is consumed, and at each topic refresh, its target topic is created,
+  grown and configured like it (``_topics``), and its placement decided once (``preserve``:
+  source partition p to target p while usable; see ``_decide_placement``).
+* Each commit may record an offset sync (``_offsets``): the next offset to hand per source
+  partition, then the target's ends, read with nothing handed in between.
 * A message that finally fails stops the mirror: the other in-flight messages are finished,
   every partition is committed up to (not past) its first undelivered message, and ``run``
   raises :class:`MessageFailedError`. With a dead-letter topic the message goes there instead.
@@ -173,6 +178,15 @@ ProducerFactory = Callable[[dict[str, str]], ProducerLike]
 LaneFactory = Callable[[dict[str, Any]], Any]
 AdminFactory = Callable[[dict[str, Any]], Any]
 
+# Answers to the topic sync's admin requests that trying again will not change.
+_REFUSED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+    }
+)
+
 # While a target topic is not whole, the fast lane is off; this often it looks again.
 _LANE_RETRY_S = 1.0
 
@@ -198,7 +212,9 @@ class Mirror:
     the fast lane's client (``confluent_kafka.Producer`` by default, when the producer is the
     default one too; with a producer factory of your own, pass one to have the lane); the lane
     runs only with ``options.fast_lane`` and a producer that has the failover producer's
-    ``whole``, ``health``, ``report_failure`` and ``flush``.
+    ``whole``, ``health``, ``report_failure`` and ``flush``. ``admin_factory`` builds the admin
+    clients of the topic sync and offset syncs (``confluent_kafka.admin.AdminClient`` by
+    default, when neither client factory is given; without one there is neither).
     """
 
     def __init__(
@@ -699,9 +715,15 @@ class Mirror:
             configs = now >= self._next_config_sync
             try:
                 sync.sync([(t, self._router.target(t)) for t in topics], configs=configs)
-            except TopicSyncError:
-                raise
             except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() in _REFUSED:
+                    raise TopicSyncError(
+                        f"cannot read or change topics to keep the target in step with the "
+                        f"source: {_describe(err)}. The source principal needs DESCRIBE_CONFIGS "
+                        "on the mirrored topics, the target's CREATE, ALTER and DESCRIBE_CONFIGS; "
+                        "or pass --no-sync-topics and manage target topics yourself"
+                    ) from exc
                 logger.warning(
                     "cannot sync target topics (%s); keeping the current subscription", exc
                 )
