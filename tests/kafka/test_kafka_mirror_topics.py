@@ -25,7 +25,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
     AlterConfigOpType,
     ConfigEntry,
@@ -100,6 +100,46 @@ def read_by_partition(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         consumer.close()
 
 
+def group_away_from_faults(cluster: KafkaCluster, prefix: str) -> str:
+    """A group id whose coordinator (the leader of its __consumer_offsets partition) is not on
+    a broker the test pauses, and whose partition keeps min ISR meanwhile: the mirror's group
+    then keeps its members and commits through the fault, as a mirror whose source is another
+    cluster would (here source and target share one)."""
+
+    def offsets_layout() -> dict[int, Any]:
+        return {v.partition: v for v in cluster.describe("__consumer_offsets")}
+
+    if not offsets_layout():
+        # The first group request creates __consumer_offsets.
+        committed(cluster.bootstrap_servers, "warm-up", "__consumer_offsets", 1)
+        wait_for(lambda: bool(offsets_layout()), 60, "__consumer_offsets")
+    layout = offsets_layout()
+    while True:
+        group = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        view = layout[_java_abs(_java_hash(group)) % len(layout)]
+        if view.leader not in FAULTY and not set(FAULTY) <= set(view.replicas):
+            return group
+
+
+def _java_hash(text: str) -> int:
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _java_abs(n: int) -> int:
+    return 0 if n == -(1 << 31) else abs(n)  # Kafka's Utils.abs
+
+
+def configs_of(admin: Any, topic: str) -> dict[str, str]:
+    """The topic's own settings, or none while a broker does not know the topic yet."""
+    try:
+        return topic_configs(admin, topic)
+    except KafkaException:
+        return {}
+
+
 def partitions_of(admin: Any, topic: str) -> int:
     """The topic's partition count in the metadata (0 while unknown)."""
     md = admin.list_topics(topic, timeout=10).topics[topic]
@@ -133,10 +173,9 @@ def test_new_topic_is_copied_with_partitions_and_configs_and_follows_changes(
     running = RunningMirror(options(cluster, f"sync-{source}", source, topic_replication_factor=3))
     try:
         wait_for(lambda: partitions_of(admin, target) == 6, 60, f"{target} with 6 partitions")
-        assert topic_configs(admin, target) == {
-            "retention.ms": "3600000",
-            "cleanup.policy": "compact",
-        }
+        wanted = {"retention.ms": "3600000", "cleanup.policy": "compact"}
+        wait_for(lambda: configs_of(admin, target) == wanted, 30, f"{target}'s configs")
+        assert topic_configs(admin, target) == wanted
         wait_for(lambda: running.delivered() >= 300, 60, "300 deliveries")
 
         resource = ConfigResource(
@@ -148,7 +187,7 @@ def test_new_topic_is_copied_with_partitions_and_configs_and_follows_changes(
         )
         admin.incremental_alter_configs([resource])[resource].result()
         wait_for(
-            lambda: topic_configs(admin, target).get("retention.ms") == "7200000",
+            lambda: configs_of(admin, target).get("retention.ms") == "7200000",
             60,
             "the changed retention.ms on the copy",
         )
@@ -186,7 +225,7 @@ def test_preserve_mode_routes_around_paused_target_brokers_and_returns_after(
     assignment = spread()
     cluster.create_topic(target, assignment=assignment)
     down = {p for p, replicas in enumerate(assignment) if set(FAULTY) <= set(replicas)}
-    group = f"preserve-{source}"
+    group = group_away_from_faults(cluster, "preserve")
     running = RunningMirror(options(cluster, group, source))
     try:
         produce(bootstrap, source, range(12), 100, "before")
@@ -272,7 +311,8 @@ def test_a_group_moved_with_translate_after_a_rerouting_fault_misses_nothing(
     assignment = spread()
     cluster.create_topic(target, assignment=assignment)
     down = {p for p, replicas in enumerate(assignment) if set(FAULTY) <= set(replicas)}
-    running = RunningMirror(options(cluster, f"mirror-{source}", source))
+    mirror_group = group_away_from_faults(cluster, "mirror")
+    running = RunningMirror(options(cluster, mirror_group, source))
     try:
         produce(bootstrap, source, range(12), 50, "first")
         wait_for(lambda: running.delivered() >= 600, 60, "600 deliveries")
@@ -286,7 +326,7 @@ def test_a_group_moved_with_translate_after_a_rerouting_fault_misses_nothing(
         wait_for(lambda: whole(cluster, target), 120, "recovery")
         wait_for(
             lambda: (
-                committed(bootstrap, f"mirror-{source}", source, 12)
+                committed(bootstrap, mirror_group, source, 12)
                 == high_watermarks(bootstrap, source, 12)
             ),
             60,

@@ -64,17 +64,13 @@ def test_extra_configs_win_and_user_exclusions_add_to_the_defaults() -> None:
 def test_a_grown_source_grows_the_target_and_never_shrinks_it() -> None:
     grown = plan_topic("t", "t", SOURCE, TopicShape(partitions=4), manage=True, configs=False)
     assert grown.grow_to == 6
-    assert grown.short is None
     larger = plan_topic("t", "t", SOURCE, TopicShape(partitions=9), manage=True, configs=False)
     assert larger.empty
 
 
-def test_an_unmanaged_short_target_is_reported_not_grown() -> None:
-    plan = plan_topic("t", "t", SOURCE, TopicShape(partitions=4), manage=False, configs=True)
-    assert plan.grow_to == 0
-    assert plan.short == (4, 6)
-    assert not plan.set_configs
-    assert not plan_topic("t", "t", SOURCE, None, manage=False, configs=True).create
+def test_an_unmanaged_target_is_left_alone() -> None:
+    assert plan_topic("t", "t", SOURCE, TopicShape(partitions=4), manage=False, configs=True).empty
+    assert plan_topic("t", "t", SOURCE, None, manage=False, configs=True).empty
 
 
 def test_config_sync_sets_what_differs_and_returns_the_rest_to_the_targets_default() -> None:

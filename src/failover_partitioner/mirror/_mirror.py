@@ -53,6 +53,7 @@ from prometheus_client.registry import CollectorRegistry
 from failover_partitioner._config import client_settings
 from failover_partitioner._message import DeliveryReport
 from failover_partitioner.errors import ConfigError, FailoverError, ProduceTimeout, classify
+from failover_partitioner.health import TopicView
 
 from ._commits import CommitLedger, Span
 from ._config import MirrorOptions
@@ -160,7 +161,7 @@ class PlacingProducer(ProducerLike, Protocol):
     now, and a preferred partition for a message's first attempt (the failover producer's)."""
 
     def usable(self, topic: str, partition: int) -> bool: ...
-    def health(self, topic: str, timeout: float | None = ...) -> object: ...
+    def health(self, topic: str, timeout: float | None = ...) -> TopicView: ...
     def produce(
         self,
         topic: str,
@@ -247,6 +248,7 @@ class Mirror:
         # Target topic -> True while its messages keep their source partition number.
         self._preserve: dict[str, bool] = {}
         self._short_warned: set[str] = set()
+        self._refresh_at: dict[str, float] = {}
         # Offset syncs (see _offsets): the next offset last recorded per source partition.
         self._synced: dict[tuple[str, int], int] = {}
         self._next_offset_sync = 0.0
@@ -798,7 +800,26 @@ class Mirror:
                 producer.health(target)
             except (FailoverError, KafkaException) as exc:
                 logger.debug("no metadata for target topic %r yet: %s", target, exc)
-        return partition if producer.usable(target, partition) else -1
+        if producer.usable(target, partition):
+            return partition
+        sync = self._topic_sync
+        if sync is not None and partition < sync.partitions.get(target, 0):
+            try:
+                seen = producer.health(target).num_partitions
+            except (FailoverError, KafkaException):
+                return -1
+            if partition < seen:
+                return -1  # a partition the producer knows, and not usable: degraded
+            # The target has this partition (the sync made or saw it) but the producer's view
+            # predates it: look again, at most every _LANE_RETRY_S, rather than route the new
+            # partition's messages elsewhere until the next periodic refresh.
+            now = self._clock()
+            if now >= self._refresh_at.get(target, 0.0):
+                self._refresh_at[target] = now + _LANE_RETRY_S
+                self._refresh_target(target)
+                if producer.usable(target, partition):
+                    return partition
+        return -1
 
     # -- the fast lane (see _lane.py) -------------------------------------------------------
 

@@ -67,8 +67,9 @@ _ADMIN_KEYS = frozenset(
 
 
 class TopicSyncError(MirrorError):
-    """The target cluster refused to create or grow a target topic, or a target topic has
-    fewer partitions than its source where that would fold source partitions together."""
+    """The target cluster refused to create or grow a target topic, topics cannot be read for
+    lack of rights, or a target topic has fewer partitions than its source where that would
+    fold source partitions together."""
 
 
 def admin_config(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,14 +99,10 @@ class TopicPlan:
     set_configs: tuple[tuple[str, str], ...] = ()
     delete_configs: tuple[str, ...] = ()
     """Target topic settings the source does not make: back to the target's default."""
-    short: tuple[int, int] | None = None
-    """(target, source) partition counts when the target has fewer and may not be grown."""
 
     @property
     def empty(self) -> bool:
-        return not (
-            self.create or self.grow_to or self.set_configs or self.delete_configs or self.short
-        )
+        return not (self.create or self.grow_to or self.set_configs or self.delete_configs)
 
 
 def copied_configs(
@@ -131,9 +128,10 @@ def plan_topic(
 ) -> TopicPlan:
     """Decide what brings ``target`` in line with ``source``.
 
-    ``manage``: the mirror may create and grow target topics (else it only reports a short
-    one); ``configs``: compare topic-level settings this time too. A target never loses
-    partitions (Kafka cannot), and one with more than its source is left alone.
+    ``manage``: the mirror may create, grow and configure target topics (else the plan is
+    empty; what a short target means for placement is the mirror's ``_decide_placement``);
+    ``configs``: compare topic-level settings this time too. A target never loses partitions
+    (Kafka cannot), and one with more than its source is left alone.
     """
     excluded = excluded if excluded is not None else default_excluded()
     wanted = copied_configs(source.configs, extra_configs, excluded)
@@ -147,13 +145,7 @@ def plan_topic(
             partitions=source.partitions,
             set_configs=tuple(sorted(wanted.items())),
         )
-    grow_to = 0
-    short = None
-    if target.partitions < source.partitions:
-        if manage:
-            grow_to = source.partitions
-        else:
-            short = (target.partitions, source.partitions)
+    grow_to = source.partitions if manage and target.partitions < source.partitions else 0
     set_configs: tuple[tuple[str, str], ...] = ()
     delete_configs: tuple[str, ...] = ()
     if manage and configs:
@@ -170,7 +162,6 @@ def plan_topic(
         grow_to=grow_to,
         set_configs=set_configs,
         delete_configs=delete_configs,
-        short=short,
     )
 
 
@@ -212,8 +203,6 @@ class TopicSync:
         self._timeout_s = timeout_s
         self.partitions: dict[str, int] = {}
         """Target topic -> partition count, as of the last sync (missing: no such topic)."""
-        self.short: dict[str, tuple[int, int]] = {}
-        """Target topic -> (target, source) partitions, for targets with fewer than sources."""
         self.changed: set[str] = set()
         """Target topics the last sync created or gave partitions to."""
 
@@ -321,7 +310,6 @@ class TopicSync:
         return out
 
     def _apply(self, plans: list[TopicPlan]) -> None:
-        self.short = {p.target: p.short for p in plans if p.short is not None}
         self.changed = set()
         creating = [p for p in plans if p.create]
         if creating:
