@@ -296,6 +296,7 @@ def test_a_target_refusing_to_create_the_topic_stops_the_mirror_naming_it(
     assert committed(cluster.bootstrap_servers, group, source, 3) == dict.fromkeys(range(3), -1001)
 
 
+@pytest.mark.slow  # ~100 s; the same on minibroker runs by default
 def test_a_group_moved_with_translate_after_a_rerouting_fault_misses_nothing(
     kafka_cluster: KafkaCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:

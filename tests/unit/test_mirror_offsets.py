@@ -56,7 +56,7 @@ def test_lower_bounds_take_the_latest_usable_sync_and_the_lowest_over_source_par
     assert lower_bounds(syncs, "other", {0: 30}, 2) == (0, 0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_a_translated_group_reads_everything_it_had_not_read(data: st.DataObject) -> None:
     sources = data.draw(st.integers(1, 3), label="source partitions")
