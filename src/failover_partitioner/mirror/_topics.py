@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -234,9 +235,12 @@ class TopicSync:
             shape = TopicShape(partitions=len(src_md[s].partitions), configs=src_configs.get(s, {}))
             target = None
             if t in existing:
-                target = TopicShape(
-                    partitions=len(dst_md[t].partitions), configs=dst_configs.get(t, {})
-                )
+                # Partitions never go away: a count below one we made or saw is metadata that
+                # has not caught up yet (right after a grow), not a smaller topic.
+                count = max(len(dst_md[t].partitions), self.partitions.get(t, 0))
+                target = TopicShape(partitions=count, configs=dst_configs.get(t, {}))
+            else:
+                self.partitions.pop(t, None)
             plan = plan_topic(
                 s,
                 t,
@@ -372,7 +376,8 @@ class TopicSync:
                 future.result()
             except KafkaException as exc:
                 err = _error_of(exc)
-                if self._target_partitions(name) >= plan.grow_to:
+                if self._grown_meanwhile(name, plan.grow_to):
+                    self.partitions[name] = plan.grow_to
                     continue  # grown meanwhile (our metadata was behind): nothing to do
                 raise TopicSyncError(
                     f"source topic {plan.source!r} has {plan.grow_to} partitions and the "
@@ -388,13 +393,21 @@ class TopicSync:
             self.partitions[name] = plan.grow_to
             self.changed.add(name)
 
-    def _target_partitions(self, topic: str) -> int:
-        """The target topic's partition count as its metadata says now (0 if unknown)."""
-        try:
-            md = self._target.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
-        except KafkaException:
-            return 0
-        return len(md.partitions) if _exists(md) else 0
+    def _grown_meanwhile(self, topic: str, count: int) -> bool:
+        """Whether ``topic`` has ``count`` partitions already, as its metadata says within a
+        few seconds (a grow refused as INVALID_PARTITIONS may only have raced an earlier one
+        whose metadata had not reached us)."""
+        deadline = time.monotonic() + min(5.0, self._timeout_s)
+        while True:
+            try:
+                md = self._target.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
+            except KafkaException:
+                md = None
+            if _exists(md) and len(md.partitions) >= count:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
 
     def _alter(self, plans: list[TopicPlan]) -> None:
         from confluent_kafka.admin import (  # type: ignore[attr-defined]  # stubs lag
