@@ -27,6 +27,7 @@ from retry_buffer import RetryPolicy
 
 __all__ = [
     "CLIENT_DEFAULTS",
+    "NOT_FOR_ADMIN",
     "STICKY_BYTES_DEFAULT",
     "STICKY_MESSAGES_DEFAULT",
     "ClientSettings",
@@ -174,6 +175,39 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
     )
 
 
+# What only a producer or only a consumer reads: an admin client made from their settings has no
+# use for it (librdkafka would warn of each). Entries ending in "." are prefixes. No connection
+# or security setting matches, so none can be lost.
+NOT_FOR_ADMIN = (
+    "acks",
+    "linger.ms",
+    "batch.",
+    "compression.",
+    "enable.idempotence",
+    "retries",
+    "message.",
+    "delivery.",
+    "partitioner",
+    "queue.buffering.",
+    "sticky.",
+    "transactional.",
+    "statistics.interval.ms",
+    "group.",
+    "enable.auto.",
+    "auto.",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "partition.assignment.strategy",
+    "fetch.",
+    "isolation.level",
+    "enable.partition.eof",
+    "queued.",
+    "check.crcs",
+    "on_commit",
+)
+
+
 # Python callbacks of the producer's own client: a companion must not call them a second time
 # (``oauth_cb``, which logs in, and ``logger``, where the client logs, are kept).
 _CALLBACKS = ("on_delivery", "error_cb", "stats_cb", "throttle_cb")
@@ -188,13 +222,19 @@ def companion_conf(
 ) -> dict[str, Any]:
     """The settings of a client opened beside the producer's (``role``: ``admin``, ``solo``,
     ``lane``): every setting of ``conf`` (connection and security settings above all)
-    unchanged, except the producer's callbacks and ``drop``, with ``settings`` on top and
-    ``client.id`` marked with ``role``.
+    unchanged, except the producer's callbacks and ``drop`` (names, or prefixes ending in
+    "."), with ``settings`` on top and ``client.id`` marked with ``role``.
 
     Every such client is made from this, so none can forget how to reach and log in to the
     cluster.
     """
-    out = {k: v for k, v in conf.items() if k not in drop and k not in _CALLBACKS}
+    names = {d for d in drop if not d.endswith(".")}
+    prefixes = tuple(d for d in drop if d.endswith("."))
+    out = {
+        k: v
+        for k, v in conf.items()
+        if k not in names and not k.startswith(prefixes) and k not in _CALLBACKS
+    }
     out.update(settings or {})
     if "client.id" in out:
         out["client.id"] = f"{out['client.id']}-{role}"

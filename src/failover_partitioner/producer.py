@@ -479,8 +479,13 @@ class FailoverProducer:
         headers: Mapping[str, Any] | list[tuple[str, Any]] | None = None,
         on_delivery: DeliveryCallback | None = None,
         timestamp: int | None = None,
+        partition: int | None = None,
     ) -> None:
         """Accept a message; it is delivered, or its callback gets the final error.
+
+        ``partition``: a preference, not a pin. The first attempt goes there while that
+        partition is usable (see :meth:`usable`); otherwise, and for every retry, the message
+        is placed as any other (by key, or spread), so it is routed around a degraded partition.
 
         Waits up to ``produce_timeout_s`` while ``max_in_flight`` messages are in flight, then
         raises :class:`ProduceTimeout` carrying the message (not accepted).
@@ -489,7 +494,7 @@ class FailoverProducer:
         # measurable share of a message's time next to librdkafka's own produce().
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
-        if key is None and headers is None and timestamp is None:
+        if key is None and headers is None and timestamp is None and partition is None:
             # Keyless, nothing but perhaps a callback to keep. The dict holds a topic only
             # when such a message needs nothing else (no id header, no errors-only wrapper, no
             # byte budget), so one lookup stands for all those checks.
@@ -551,7 +556,9 @@ class FailoverProducer:
         # too: the client checks each pair as it converts them, and a refusal is reported
         # with a clear message before the message is accepted (see _produce_raised).
         if chooser is not None and self._simple and (headers is None or type(headers) is list):
-            if key is None:
+            if partition is not None and chooser.usable(partition):
+                p = partition
+            elif key is None:
                 if self._count_bytes:
                     p = chooser.keyless(len(value) if value else 0)
                 else:
@@ -626,7 +633,9 @@ class FailoverProducer:
                 except BaseException as exc:
                     self._produce_raised(rec, exc, first=True)
                 return
-        self._produce_with_record(topic, value, key, headers, on_delivery, timestamp)
+        self._produce_with_record(
+            topic, value, key, headers, on_delivery, timestamp, prefer=partition
+        )
 
     def produce_batch(
         self,
@@ -797,6 +806,7 @@ class FailoverProducer:
         timestamp: int | None,
         *,
         counted: bool = False,
+        prefer: int | None = None,
     ) -> None:
         rec = self._record_cls()
         cb = self._default_cb if on_delivery is None else on_delivery
@@ -813,7 +823,7 @@ class FailoverProducer:
         rec._m = (topic, value, key, out, timestamp)
         if not counted:
             self._n_in = next(self._c_in)
-        self._dispatch(rec, first=True)
+        self._dispatch(rec, first=True, prefer=prefer)
 
     def _wait_for_room(
         self,
@@ -917,8 +927,9 @@ class FailoverProducer:
         rec._attempts = 1
         self._on_failure(rec, err, msg)
 
-    def _dispatch(self, rec: _Record, *, first: bool = False) -> None:
-        """Choose a partition and hand ``rec`` to the client, or let it wait."""
+    def _dispatch(self, rec: _Record, *, first: bool = False, prefer: int | None = None) -> None:
+        """Choose a partition and hand ``rec`` to the client, or let it wait. ``prefer``: the
+        caller's partition, taken while usable (first attempts only; see ``produce``)."""
         topic, value, key, headers, timestamp = rec._m
         chooser = self._choosers.get(topic)
         if chooser is None:
@@ -926,7 +937,9 @@ class FailoverProducer:
             if chooser is None:
                 self._wait(rec, NoUsablePartition(f"no metadata yet for topic {topic!r}"))
                 return
-        if key is None:
+        if prefer is not None and chooser.usable(prefer):
+            p = prefer
+        elif key is None:
             p = chooser.keyless(len(value or b"") if self._count_bytes else 0)
         else:
             p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
@@ -1413,6 +1426,21 @@ class FailoverProducer:
             state = self._topics[topic]
         return state.view
 
+    def refresh(self, topic: str, timeout: float | None = None) -> TopicView:
+        """Fetch ``topic``'s metadata now rather than at the next periodic refresh (after
+        partitions were added to it, say); returns its new health snapshot."""
+        self._check_not_in_callback("refresh")
+        if self._closed:
+            raise ProducerClosed(f"refresh({topic!r}) after close()")
+        with self._topics_lock:
+            self._watched.add(topic)
+        try:
+            self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
+        except MetadataUnavailable as exc:
+            self._raise_if_refused(exc)
+            raise
+        return self._topics[topic].view
+
     def whole(self, topic: str) -> bool:
         """True while every partition of ``topic`` is usable in the producer's latest view
         (a leader, ISR at least min.insync.replicas, not quarantined); False for a topic it has
@@ -1421,6 +1449,13 @@ class FailoverProducer:
         fast lane)."""
         chooser = self._choosers.get(topic)
         return chooser is not None and chooser.view.whole
+
+    def usable(self, topic: str, partition: int) -> bool:
+        """True while ``topic`` [``partition``] is usable in the producer's latest view (a
+        leader, ISR at least min.insync.replicas, not quarantined); False for a partition the
+        topic does not have, or a topic it has no metadata of yet (see :meth:`whole`)."""
+        chooser = self._choosers.get(topic)
+        return chooser is not None and chooser.usable(partition)
 
     def report_failure(self, topic: str, partition: int, err: confluent_kafka.KafkaError) -> None:
         """Take a delivery failure that another client saw, to ``topic`` [``partition``], into

@@ -12,6 +12,7 @@ is usable, only keys of degraded partitions move during the fault, and they retu
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,6 +20,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
+    AdminClient,
+    NewPartitions,
+)
 
 from failover_partitioner import DeliveryReport, FailoverProducer
 from failover_partitioner._murmur2 import partition_for_key
@@ -299,3 +304,65 @@ def test_a_topic_the_cluster_does_not_know_fails_finally() -> None:
         assert p.flush(10) == 0
         p.close()
     assert [e.code() for e in errors] == [KafkaError.UNKNOWN_TOPIC_OR_PART]
+
+
+def test_a_partition_preference_holds_while_usable_and_is_routed_around_while_not(
+    cluster: Cluster,
+) -> None:
+    """``produce(..., partition=p)``: p while usable; elsewhere while not (never waiting on
+    it); p again once usable; ``refresh`` makes partitions added to the topic usable at once."""
+    p = FailoverProducer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"},
+        metadata_refresh_s=0.5,
+        metadata_fast_refresh_s=0.2,
+    )
+
+    def placed(count: int, *, key: bytes | None = None) -> dict[int, set[int]]:
+        seen: dict[int, set[int]] = {}
+
+        def cb(want: int, err: Any, report: DeliveryReport) -> None:
+            assert err is None, err
+            seen.setdefault(want, set()).add(report.partition())
+
+        for i in range(count):
+            want = i % PARTITIONS
+            p.produce(
+                "plain",
+                b"v",
+                key=key,
+                headers=[("h", b"1")],
+                on_delivery=functools.partial(cb, want),
+                partition=want,
+            )
+        assert p.flush(30) == 0
+        return seen
+
+    p.health("plain")
+    assert placed(240) == {q: {q} for q in range(PARTITIONS)}
+
+    bad = {st.partition for st in cluster.describe("plain") if {4, 5} <= set(st.replicas)}
+    cluster.stop_broker(4)
+    cluster.stop_broker(5)
+    wait_for(lambda: degraded(cluster, "plain") == bad, 5, "partitions to fall under min ISR")
+    wait_for(lambda: set(p.health("plain").unavailable) == bad, 10, "the producer to see it")
+    assert all(not p.usable("plain", q) for q in bad)
+    during = placed(240, key=b"k")
+    for q in range(PARTITIONS):
+        if q in bad:
+            assert len(during[q]) == 1
+            assert not during[q] & bad
+        else:
+            assert during[q] == {q}
+
+    cluster.start_broker(4)
+    cluster.start_broker(5)
+    wait_for(lambda: not degraded(cluster, "plain"), 20, "the ISR to recover")
+    wait_for(lambda: not p.health("plain").unavailable, 10, "the producer to see the recovery")
+    assert placed(240) == {q: {q} for q in range(PARTITIONS)}
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_partitions([NewPartitions("plain", PARTITIONS + 2)])["plain"].result()
+    assert not p.usable("plain", PARTITIONS + 1)
+    wait_for(lambda: p.refresh("plain").num_partitions == PARTITIONS + 2, 10, "the new partitions")
+    assert p.usable("plain", PARTITIONS + 1)
+    p.close()

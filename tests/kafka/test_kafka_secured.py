@@ -241,6 +241,8 @@ def test_mirror_secured_on_both_sides_loses_nothing_with_target_brokers_paused(
         if mirror.proc.poll() is None:
             mirror.kill()
     text = (tmp_path / "mirror.log").read_text()
+    # The user may not create the offset-syncs topic: the mirror goes on without syncs, saying so.
+    assert "offset syncs are off" in text and "TOPIC_AUTHORIZATION_FAILED" in text
     assert SECRET not in text  # its log, at DEBUG
     assert SECRET not in "\n".join(str(s) for s in mirror.statuses)
 
@@ -460,3 +462,44 @@ def test_a_user_without_describe_configs_produces_and_is_told_the_min_isr_assume
     ]
     told = "assuming 1" if assumed[0] == 1 else "assuming the brokers' default, 2"
     assert len([w for w in warned if told in w]) == 1, warned
+
+
+def test_mirror_without_create_on_the_target_stops_naming_the_topic_and_the_refusal(
+    cluster: KafkaCluster,
+) -> None:
+    """Issue 21: a target that refuses topic creation (no CREATE ACL) stops the mirror with the
+    error and what to do, before anything is consumed; nothing is committed."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from failover_partitioner.mirror import Mirror, MirrorOptions, TopicSyncError
+
+    source = f"orders-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(source, partitions=3, replication_factor=3)
+    group = f"mirror-{source}"
+    user = user_with(cluster, [source], ["read", "describe", "describe_configs"])
+    cluster.allow(user, "read", group=group)
+    cluster.allow(user, "write", topic=f"copy.{source}")
+    cluster.allow(user, "describe", topic=f"copy.{source}")
+    settings = cluster.client_settings(user, password(user))
+    mirror = Mirror(
+        MirrorOptions(
+            consumer_config={**settings, "group.id": group},
+            producer_config=settings,
+            include=source,
+            rename="copy.{topic}",
+            offset_syncs_topic=None,
+        )
+    )
+    with pytest.raises(TopicSyncError) as caught:
+        mirror.run()
+    text = str(caught.value)
+    assert f"refused to create topic 'copy.{source}'" in text
+    assert "TOPIC_AUTHORIZATION_FAILED" in text
+    assert "CREATE" in text
+    assert "--no-sync-topics" in text
+    consumer = Consumer({**settings, "group.id": group, "log_level": 0})
+    try:
+        offsets = consumer.committed([TopicPartition(source, p) for p in range(3)], 10)
+    finally:
+        consumer.close()
+    assert all(tp.offset < 0 for tp in offsets), "nothing may be committed"

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from failover_partitioner._config import companion_conf
+from failover_partitioner._config import NOT_FOR_ADMIN, companion_conf
 from failover_partitioner.errors import MetadataUnavailable
 from failover_partitioner.health import PartitionMetadata
 from failover_partitioner.metadata._source import MinIsr, PartitionsAnswer
@@ -30,14 +30,6 @@ logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC_CODES = frozenset({3, -188})  # UNKNOWN_TOPIC_OR_PART, librdkafka's _UNKNOWN_TOPIC
 
-# Producer settings an admin client has no use for (librdkafka would warn of each).
-_PRODUCER_ONLY = (
-    "delivery.report.only.error",
-    "statistics.interval.ms",
-    "transactional.id",
-    "enable.idempotence",
-)
-
 
 def admin_config(producer_conf: Mapping[str, Any]) -> dict[str, Any] | None:
     """The config for an AdminClient next to a producer with ``producer_conf``.
@@ -47,7 +39,7 @@ def admin_config(producer_conf: Mapping[str, Any]) -> dict[str, Any] | None:
     """
     if "test.mock.num.brokers" in producer_conf:
         return None
-    return companion_conf(producer_conf, "admin", drop=_PRODUCER_ONLY)
+    return companion_conf(producer_conf, "admin", drop=NOT_FOR_ADMIN)
 
 
 def _described(admin: Any, resource: Any, timeout_s: float) -> Any:

@@ -21,8 +21,11 @@ from ._mirror import (
     ProducerLike,
 )
 from ._status import MirrorStatus, PartitionStatus, format_status
+from ._topics import EXCLUDED_CONFIGS, TopicSyncError
+from ._translate import PartitionTranslation, TranslateError, translate
 
 __all__ = [
+    "EXCLUDED_CONFIGS",
     "HEADER_SOURCE",
     "HEADER_SOURCE_OFFSET",
     "HEADER_SOURCE_PARTITION",
@@ -38,10 +41,14 @@ __all__ = [
     "PartitionProgress",
     "PartitionStatus",
     "PartitionTracker",
+    "PartitionTranslation",
     "ProducerLike",
     "TopicRouter",
+    "TopicSyncError",
+    "TranslateError",
     "format_status",
     "load_properties",
     "parse_properties",
+    "translate",
     "tune_gc",
 ]

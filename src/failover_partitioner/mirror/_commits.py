@@ -61,6 +61,7 @@ class Span(DeliveryGroup):
         "pending",
         "settled",
         "source",
+        "stamp_ms",
         "tracker",
     )
 
@@ -81,6 +82,9 @@ class Span(DeliveryGroup):
         # Its messages without an outcome were handed back (see PartitionTracker.handed_back).
         self.settled = False
         self.on_outcome = on_outcome
+        # The timestamp (ms since the epoch) of its last record, -1 if unknown: its
+        # replication latency is measured when it is done (see CommitLedger).
+        self.stamp_ms = -1
         # What the caller keeps to tell its messages apart (the mirror: the consumed batch).
         self.source: Any = None
 
@@ -91,7 +95,7 @@ class Span(DeliveryGroup):
         if tracker.dropped:
             tracker._abandoned_one()  # of a revoked partition: counted back, not committed
         elif not self.pending:
-            tracker._span_done()
+            tracker._span_done(self)
 
     def delivered_many(self, n: int) -> None:
         """``n`` messages have their final outcome: ``delivered()`` ``n`` times, in one step."""
@@ -103,7 +107,7 @@ class Span(DeliveryGroup):
             for _ in range(n):
                 tracker._abandoned_one()
         elif not self.pending:
-            tracker._span_done()
+            tracker._span_done(self)
 
     def __call__(self, err: Any, report: DeliveryReport) -> None:
         handler = self.on_outcome
@@ -185,7 +189,7 @@ class PartitionTracker:
         self._next = end
         span.pending -= 1  # lets go of the hold taken by open()
         if not span.pending and not self.dropped:
-            self._span_done()
+            self._span_done(span)
 
     def failed_in(self, span: Span, offset: int) -> None:
         """The message at ``offset`` of ``span`` finally failed: the committed offset never
@@ -208,8 +212,12 @@ class PartitionTracker:
             span.failed = lowest
         span.settled = True
 
-    def _span_done(self) -> None:
-        """A span has every outcome: move the finished, failure-free head spans to delivered."""
+    def _span_done(self, span: Span) -> None:
+        """``span`` has every outcome: move the finished, failure-free head spans to
+        delivered."""
+        ledger = self._ledger
+        if ledger is not None and span.stamp_ms >= 0 and span.failed is None:
+            ledger.span_delivered(self.topic, span.stamp_ms)
         pending = self._pending
         while pending and not pending[0].pending and pending[0].failed is None:
             self._delivered.append(pending.popleft())
@@ -297,6 +305,12 @@ class PartitionTracker:
         return self._committed
 
     @property
+    def next_offset(self) -> int | None:
+        """The next offset to hand: every offset handed so far is below it (None before the
+        first). Offset syncs pair it with the target's ends (see ``_offsets``)."""
+        return self._next
+
+    @property
     def in_flight(self) -> int:
         """Messages handed to the producer whose outcome has not come back."""
         return sum(s.pending - s.open for s in self._pending)
@@ -326,10 +340,14 @@ class CommitLedger:
     A crash duplicates at most that many messages, since only they can be delivered and uncommitted.
     """
 
-    __slots__ = ("_abandoned", "_abandoned_by_topic", "_trackers")
+    __slots__ = ("_abandoned", "_abandoned_by_topic", "_trackers", "_wall_ms", "latency_ms")
 
-    def __init__(self) -> None:
+    def __init__(self, wall_ms: Callable[[], float] | None = None) -> None:
         self._trackers: dict[tuple[str, int], PartitionTracker] = {}
+        # Replication latency: when a span is done, the wall clock minus its last record's
+        # timestamp (MirrorMaker 2's replication-latency-ms), latest per source topic.
+        self._wall_ms = wall_ms
+        self.latency_ms: dict[str, float] = {}
         self._abandoned = 0
         # Every message ever abandoned, per source topic (whether or not it came back since).
         self._abandoned_by_topic: dict[str, int] = {}
@@ -360,6 +378,11 @@ class CommitLedger:
         if in_flight:
             by_topic = self._abandoned_by_topic
             by_topic[tracker.topic] = by_topic.get(tracker.topic, 0) + in_flight
+
+    def span_delivered(self, topic: str, stamp_ms: int) -> None:
+        """A span of ``topic`` whose last record has timestamp ``stamp_ms`` is delivered."""
+        if self._wall_ms is not None:
+            self.latency_ms[topic] = max(0.0, self._wall_ms() - stamp_ms)
 
     def abandoned_finished(self) -> None:
         """A message of a dropped partition came back from the producer (delivered or not)."""

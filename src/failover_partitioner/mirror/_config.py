@@ -139,6 +139,10 @@ class TopicRouter:
         self._never = never
         self._cache: dict[str, str] = {}
 
+    @property
+    def include(self) -> str:
+        return self._include.pattern
+
     def selects(self, topic: str) -> bool:
         if topic.startswith("__") or topic in self._never:
             return False
@@ -236,6 +240,26 @@ class MirrorOptions:
     topic_refresh_interval_s: float = 30.0
     poll_batch: int = 500
     """Most messages taken from the consumer in one call."""
+    sync_topics: bool = True
+    """Create missing target topics like their source (partition count, topic-level configs),
+    add partitions when a source grows, and copy configs every ``config_sync_interval_s``
+    (MirrorMaker 2's topic and config sync). Off: the target is managed elsewhere."""
+    topic_replication_factor: int = -1
+    """Replication factor of target topics the mirror creates; -1: the target's default."""
+    topic_configs: Mapping[str, str] = field(default_factory=dict)
+    """Topic-level settings for every target topic, winning over the source's."""
+    config_exclude: tuple[str, ...] = ()
+    """Regular expressions (whole names) of source topic configs not to copy, besides
+    MirrorMaker 2's default exclusions (see ``_topics.EXCLUDED_CONFIGS``)."""
+    config_sync_interval_s: float = 60.0
+    offset_syncs_topic: str | None = "failover-mirror.offset-syncs"
+    """Compacted topic on the target where the mirror records, as it commits, where source
+    offsets are on the target (for ``failover-mirror translate``); None: none written."""
+    partitioning: str = "auto"
+    """``"preserve"``: source partition p goes to target partition p while p is usable, and
+    elsewhere (counted as rerouted) while it is not; ``"key"``: placement by key (murmur2) as
+    Kafka's default partitioner; ``"auto"``: preserve when the target topic has at least as
+    many partitions as its source, else key (logged as a warning)."""
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -287,14 +311,49 @@ class MirrorOptions:
             raise MirrorConfigError(
                 f"--dead-letter-topic {self.dead_letter_topic!r} is not a legal Kafka topic name"
             )
+        if self.offset_syncs_topic is not None and not _TOPIC_NAME.fullmatch(
+            self.offset_syncs_topic
+        ):
+            raise MirrorConfigError(
+                f"--offset-syncs-topic {self.offset_syncs_topic!r} is not a legal Kafka topic name"
+            )
         if self.provenance_format not in _PROVENANCE_FORMATS:
             raise MirrorConfigError(
                 f"--provenance-format must be one of {', '.join(_PROVENANCE_FORMATS)}, not "
                 f"{self.provenance_format!r}"
             )
+        if self.partitioning not in PARTITIONING_MODES:
+            raise MirrorConfigError(
+                f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not "
+                f"{self.partitioning!r}"
+            )
+        topic_configs = dict(_frozen(self.topic_configs, "topic configs"))
+        for key in topic_configs:
+            if not key or "=" in key:
+                raise MirrorConfigError(
+                    f"--topic-config {key!r}: give a topic config as NAME=VALUE, "
+                    "e.g. --topic-config retention.ms=604800000"
+                )
+        object.__setattr__(self, "topic_configs", MappingProxyType(topic_configs))
+        for pattern in self.config_exclude:
+            _compile("config-exclude", pattern)
+        if (
+            isinstance(self.topic_replication_factor, bool)
+            or not isinstance(self.topic_replication_factor, int)
+            or not (self.topic_replication_factor == -1 or self.topic_replication_factor >= 1)
+        ):
+            raise MirrorConfigError(
+                "--topic-replication-factor must be a positive integer, or -1 for the target "
+                f"cluster's default, not {self.topic_replication_factor!r}"
+            )
         _positive_int("--max-in-flight", self.max_in_flight)
         _positive_int("poll_batch", self.poll_batch)
-        for name in ("commit_interval_s", "drain_timeout_s", "topic_refresh_interval_s"):
+        for name in (
+            "commit_interval_s",
+            "drain_timeout_s",
+            "topic_refresh_interval_s",
+            "config_sync_interval_s",
+        ):
             value = getattr(self, name)
             if not value > 0:
                 raise MirrorConfigError(f"{name} must be a positive number of seconds, not {value}")
@@ -311,10 +370,15 @@ class MirrorOptions:
             ("rename", (str,), "a template"),
             ("exclude", (str, type(None)), "a regular expression or None"),
             ("dead_letter_topic", (str, type(None)), "a topic name or None"),
+            ("offset_syncs_topic", (str, type(None)), "a topic name or None"),
             ("consumer_config", (Mapping, type(None)), "a dict of settings"),
             ("producer_config", (Mapping, type(None)), "a dict of settings"),
             ("provenance_headers", (bool,), "True or False"),
             ("fast_lane", (bool,), "True or False"),
+            ("sync_topics", (bool,), "True or False"),
+            ("topic_configs", (Mapping, type(None)), "a dict of topic configs"),
+            ("config_exclude", (tuple,), "a tuple of regular expressions"),
+            ("partitioning", (str,), "'auto', 'preserve' or 'key'"),
         ):
             value = getattr(self, name)
             if not isinstance(value, kinds):
@@ -324,6 +388,7 @@ class MirrorOptions:
             "status_interval_s",
             "drain_timeout_s",
             "topic_refresh_interval_s",
+            "config_sync_interval_s",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -342,13 +407,14 @@ class MirrorOptions:
         return self.consumer_config["group.id"]
 
     def router(self) -> TopicRouter:
-        never = frozenset([self.dead_letter_topic]) if self.dead_letter_topic else frozenset()
+        never = frozenset(t for t in (self.dead_letter_topic, self.offset_syncs_topic) if t)
         return TopicRouter(
             include=self.include, exclude=self.exclude, rename=self.rename, never=never
         )
 
 
 _PROVENANCE_FORMATS = ("compact", "separate")
+PARTITIONING_MODES = ("auto", "preserve", "key")
 
 
 def _positive_int(name: str, value: int) -> None:

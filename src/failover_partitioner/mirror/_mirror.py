@@ -21,6 +21,11 @@ One thread does everything, so every piece of state has one writer:
 * Rebalance callbacks run inside ``consume``: a revoked partition's in-flight messages are
   finished (or, past ``drain_timeout_s``, abandoned) and its delivered prefix committed before
   the partition goes to another member, as MirrorMaker does since KAFKA-4521.
+* Before a source topic is consumed, and at each topic refresh, its target topic is created,
+  grown and configured like it (``_topics``), and its placement decided once (``preserve``:
+  source partition p to target p while usable; see ``_decide_placement``).
+* Each commit may record an offset sync (``_offsets``): the next offset to hand per source
+  partition, then the target's ends, read with nothing handed in between.
 * A message that finally fails stops the mirror: the other in-flight messages are finished,
   every partition is committed up to (not past) its first undelivered message, and ``run``
   raises :class:`MessageFailedError`. With a dead-letter topic the message goes there instead.
@@ -45,14 +50,25 @@ from confluent_kafka import (
 )
 from prometheus_client.registry import CollectorRegistry
 
+from failover_partitioner._config import client_settings
 from failover_partitioner._message import DeliveryReport
 from failover_partitioner.errors import ConfigError, FailoverError, ProduceTimeout, classify
+from failover_partitioner.health import TopicView
 
 from ._commits import CommitLedger, Span
 from ._config import MirrorOptions
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._lane import FastLane, LaneFailure, lane_config
+from ._offsets import OffsetSync
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
+from ._topics import (
+    EXCLUDED_CONFIGS,
+    PendingEnds,
+    TopicSync,
+    TopicSyncError,
+    admin_config,
+    exclusion_pattern,
+)
 
 __all__ = [
     "HEADER_SOURCE",
@@ -140,9 +156,42 @@ class LaneProducer(ProducerLike, Protocol):
     def flush(self, timeout: float | None = ...) -> int: ...
 
 
+@runtime_checkable
+class PlacingProducer(ProducerLike, Protocol):
+    """What ``--partitioning preserve`` needs of the producer: whether a partition is usable
+    now, and a preferred partition for a message's first attempt (the failover producer's)."""
+
+    def usable(self, topic: str, partition: int) -> bool: ...
+    def health(self, topic: str, timeout: float | None = ...) -> TopicView: ...
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = ...,
+        key: bytes | str | None = ...,
+        headers: Any = ...,
+        on_delivery: DeliveryCallback | None = ...,
+        timestamp: int | None = ...,
+        partition: int | None = ...,
+    ) -> None: ...
+
+
 ConsumerFactory = Callable[[dict[str, str]], ConsumerLike]
 ProducerFactory = Callable[[dict[str, str]], ProducerLike]
 LaneFactory = Callable[[dict[str, Any]], Any]
+AdminFactory = Callable[[dict[str, Any]], Any]
+
+# Answers to the topic sync's admin requests that trying again will not change.
+_REFUSED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+    }
+)
+
+# How long a shutdown or revocation waits for the target's high watermarks for its last
+# offset sync (skipped when they do not come: translation then reads a little more).
+_FINAL_SYNC_WAIT_S = 2.0
 
 # While a target topic is not whole, the fast lane is off; this often it looks again.
 _LANE_RETRY_S = 1.0
@@ -169,7 +218,9 @@ class Mirror:
     the fast lane's client (``confluent_kafka.Producer`` by default, when the producer is the
     default one too; with a producer factory of your own, pass one to have the lane); the lane
     runs only with ``options.fast_lane`` and a producer that has the failover producer's
-    ``whole``, ``health``, ``report_failure`` and ``flush``.
+    ``whole``, ``health``, ``report_failure`` and ``flush``. ``admin_factory`` builds the admin
+    clients of the topic sync and offset syncs (``confluent_kafka.admin.AdminClient`` by
+    default, when neither client factory is given; without one there is neither).
     """
 
     def __init__(
@@ -180,7 +231,9 @@ class Mirror:
         consumer_factory: ConsumerFactory | None = None,
         producer_factory: ProducerFactory | None = None,
         lane_factory: LaneFactory | None = None,
+        admin_factory: AdminFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._options = options
         self._router = options.router()
@@ -191,7 +244,24 @@ class Mirror:
         )
         if lane_factory is None and producer_factory is None:
             lane_factory = _default_lane
+        if admin_factory is None and producer_factory is None and consumer_factory is None:
+            admin_factory = _default_admin
         self._lane_factory = lane_factory if options.fast_lane else None
+        self._admin_factory = admin_factory
+        self._topic_sync: TopicSync | None = None
+        self._next_config_sync = 0.0
+        # Target topic -> True while its messages keep their source partition number.
+        self._preserve: dict[str, bool] = {}
+        self._short_warned: set[str] = set()
+        self._refresh_at: dict[str, float] = {}
+        # Offset syncs (see _offsets): the next offset last recorded per source partition.
+        self._synced: dict[tuple[str, int], int] = {}
+        self._next_offset_sync = 0.0
+        # The target's high watermarks, asked at one sync time and used at the next (or at a
+        # shutdown's, waited for): the commit path never waits on the target for them.
+        self._pending_ends: PendingEnds | None = None
+        # Off when the target refused the offset-syncs topic (warned once at start).
+        self._offset_syncs_on = options.offset_syncs_topic is not None
         self._lane: FastLane | None = None
         # The lane takes messages only while on: off from the moment a target topic is not
         # whole until every target topic is again and the failover producer has nothing out.
@@ -199,7 +269,10 @@ class Mirror:
         self._lane_retry_at = 0.0
         self._targets: set[str] = set()
         self._clock = clock
-        self._ledger = CommitLedger()
+        # Wall-clock time only to compare with record timestamps (latency and age).
+        self._wall_clock = wall_clock
+        self._ledger = CommitLedger(lambda: wall_clock() * 1000.0)
+        self._record_age_ms: dict[str, float] = {}
         self._failures: deque[_Failure] = deque()
         # Per span with failures: the offsets already matched to a failure report.
         self._claimed: dict[Span, set[int]] = {}
@@ -259,6 +332,7 @@ class Mirror:
         try:
             self._producer = _build("target producer", self._producer_factory, opts.producer_config)
             self._start_lane()
+            self._start_topic_sync()
         except BaseException:
             self._consumer.close()
             if self._producer is not None:
@@ -314,6 +388,8 @@ class Mirror:
             delivered_per_s=rate,
             commits=self._commits,
             partitions=partitions,
+            replication_latency_ms=tuple(sorted(self._ledger.latency_ms.items())),
+            record_age_ms=tuple(sorted(self._record_age_ms.items())),
         )
 
     def _delivered_by_topic(self) -> dict[str, int]:
@@ -436,6 +512,16 @@ class Mirror:
         no_timestamp = TIMESTAMP_NOT_AVAILABLE
         # Messages of the open span sent on the lane, counted into it when it closes.
         on_lane = 0
+        # Preserve mode: the target partition of the open span's messages (-1: the producer
+        # places them), and whether that is away from their own number (counted as rerouted).
+        preserving = self._preserve
+        place = -1
+        away = False
+        rerouted = self._rerouted
+        # Record age (MM2's record-age-ms): the latest consumed record's, per source topic.
+        ages = self._record_age_ms
+        now_ms = self._wall_clock() * 1000.0
+        last_ts = 0
         try:
             for msg in batch:
                 err = msg.error()
@@ -451,6 +537,9 @@ class Mirror:
                 if partition != last_partition or topic != last_topic:
                     if span is not None:
                         consumed[last_topic] = consumed.get(last_topic, 0) + count
+                        if last_ts > 0:
+                            span.stamp_ms = last_ts
+                            ages[last_topic] = now_ms - last_ts
                         span.pending += on_lane
                         span.lane += on_lane
                         on_lane = 0
@@ -463,6 +552,11 @@ class Mirror:
                         span.source = batch
                         count = 0
                     target = self._router.target(topic)
+                    place = -1
+                    away = False
+                    if preserving.get(target):
+                        place = self._placement(target, partition)
+                        away = place < 0
                     if not provenance:
                         pass
                     elif compact:
@@ -497,13 +591,16 @@ class Mirror:
                     else:
                         headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 ts_type, ts = msg.timestamp()
+                last_ts = ts if ts_type != no_timestamp else 0
+                if away:
+                    rerouted[topic] = rerouted.get(topic, 0) + 1
                 if lane_cb is not None:
                     try:
                         lane_produce(  # type: ignore[misc]  # set with lane_cb
                             target,
                             msg.value(),
                             msg.key(),
-                            -1,  # the client's partitioner places it
+                            place,  # -1: the client's partitioner places it
                             lane_cb,
                             None,
                             ts if ts_type != no_timestamp else 0,
@@ -518,16 +615,27 @@ class Mirror:
                         continue
                 span.pending += 1
                 try:
-                    produce(
-                        target,
-                        msg.value(),
-                        msg.key(),
-                        headers,
-                        span,
-                        ts if ts_type != no_timestamp else None,
-                    )
+                    if place < 0:
+                        produce(
+                            target,
+                            msg.value(),
+                            msg.key(),
+                            headers,
+                            span,
+                            ts if ts_type != no_timestamp else None,
+                        )
+                    else:
+                        produce(  # type: ignore[call-arg]  # a PlacingProducer (see _placement)
+                            target,
+                            msg.value(),
+                            msg.key(),
+                            headers,
+                            span,
+                            ts if ts_type != no_timestamp else None,
+                            place,
+                        )
                 except (BufferError, ProduceTimeout):
-                    if not self._produce_when_room(target, msg, headers, span, ts_type, ts):
+                    if not self._produce_when_room(target, msg, headers, span, ts_type, ts, place):
                         # Stopping: not accepted, and the rest of the batch is not handed, nor
                         # committed. Committing this offset itself is safe (see withdraw).
                         span.pending -= 1
@@ -543,6 +651,9 @@ class Mirror:
             # Also when a consumer error or the producer raises midway: what was handed counts.
             if span is not None:
                 consumed[last_topic] = consumed.get(last_topic, 0) + count
+                if last_ts > 0:
+                    span.stamp_ms = last_ts
+                    ages[last_topic] = now_ms - last_ts
                 span.pending += on_lane
                 span.lane += on_lane
                 span.tracker.close(span, end, count)
@@ -555,10 +666,12 @@ class Mirror:
         callback: DeliveryCallback | Span,
         ts_type: int,
         ts: int,
+        place: int = -1,
     ) -> bool:
         """The producer refused for lack of room: poll until it takes the message, or stop."""
         producer = self._producer
         assert producer is not None
+        extra = (place,) if place >= 0 else ()  # a PlacingProducer's partition preference
         while not self._stop_requested and self._fatal is None:
             producer.poll(0.1)
             self._handle_failures()
@@ -570,11 +683,170 @@ class Mirror:
                     headers,
                     callback,
                     ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+                    *extra,
                 )
                 return True
             except (BufferError, ProduceTimeout):
                 continue
         return False
+
+    # -- target topics and placement (see _topics.py) ---------------------------------------
+
+    def _start_topic_sync(self) -> None:
+        opts = self._options
+        if opts.partitioning == "preserve" and not isinstance(self._producer, PlacingProducer):
+            raise MirrorConfigError(
+                "--partitioning preserve needs the failover producer (a producer with usable() "
+                "and a partition preference); this Mirror was given another producer"
+            )
+        factory = self._admin_factory
+        if factory is None:
+            return
+        target_conf = client_settings(opts.producer_config).client_conf
+        self._topic_sync = TopicSync(
+            _build("source admin client", factory, admin_config(opts.consumer_config)),
+            _build("target admin client", factory, admin_config(target_conf)),
+            manage=opts.sync_topics,
+            replication_factor=opts.topic_replication_factor,
+            extra_configs=opts.topic_configs,
+            excluded=exclusion_pattern((*EXCLUDED_CONFIGS, *opts.config_exclude)),
+        )
+        if opts.offset_syncs_topic is not None:
+            # One partition, compacted, as MirrorMaker 2's offset-syncs topic.
+            try:
+                self._topic_sync.ensure(
+                    opts.offset_syncs_topic, partitions=1, configs={"cleanup.policy": "compact"}
+                )
+            except TopicSyncError as exc:
+                cause = exc.__cause__
+                err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+                if not isinstance(err, KafkaError) or err.code() not in _REFUSED:
+                    raise
+                # As MirrorMaker 2: syncs only help translation, so a principal without the
+                # right to make their topic mirrors without them (told once, here).
+                self._offset_syncs_on = False
+                logger.warning(
+                    "offset syncs are off: the target refused to create topic %r (%s). "
+                    "Mirroring goes on; 'failover-mirror translate' then reads each target "
+                    "partition from its start. Create the topic (one partition, "
+                    "cleanup.policy=compact) or grant CREATE on it, or pass --no-offset-syncs",
+                    opts.offset_syncs_topic,
+                    _describe(err),
+                )
+
+    def _sync_topics(self, topics: Sequence[str], source_md: Any) -> bool:
+        """Bring the target topics of ``topics`` in line with their sources (create, grow, and
+        every ``config_sync_interval_s`` configs), then decide each one's placement. False
+        when a cluster could not be read: the caller keeps its subscription as it is."""
+        sync = self._topic_sync
+        if sync is not None and topics:
+            now = self._clock()
+            configs = now >= self._next_config_sync
+            try:
+                sync.sync([(t, self._router.target(t)) for t in topics], configs=configs)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() in _REFUSED:
+                    raise TopicSyncError(
+                        f"cannot read or change topics to keep the target in step with the "
+                        f"source: {_describe(err)}. The source principal needs DESCRIBE_CONFIGS "
+                        "on the mirrored topics, the target's CREATE, ALTER and DESCRIBE_CONFIGS; "
+                        "or pass --no-sync-topics and manage target topics yourself"
+                    ) from exc
+                logger.warning(
+                    "cannot sync target topics (%s); keeping the current subscription", exc
+                )
+                return False
+            if configs:
+                self._next_config_sync = now + self._options.config_sync_interval_s
+            for target in sync.changed:
+                self._refresh_target(target)
+        for topic in topics:
+            self._decide_placement(topic, source_md.topics.get(topic))
+        return True
+
+    def _refresh_target(self, target: str) -> None:
+        """A target topic was created or grew: the producer learns its partitions now, so
+        that preserve mode does not route the new partitions' messages elsewhere meanwhile."""
+        refresh = getattr(self._producer, "refresh", None)
+        if refresh is None or target not in self._targets:
+            return  # metadata is fetched when the topic is first produced to
+        try:
+            refresh(target)
+        except (FailoverError, KafkaException) as exc:
+            logger.debug("cannot refresh target topic %r now: %s", target, exc)
+
+    def _decide_placement(self, topic: str, source_md: Any) -> None:
+        """Whether ``topic``'s messages keep their partition number on the target (one place
+        for the rule; see MirrorOptions.partitioning)."""
+        mode = self._options.partitioning
+        target = self._router.target(topic)
+        if mode == "key" or not isinstance(self._producer, PlacingProducer):
+            self._preserve[target] = False
+            return
+        known = self._topic_sync.partitions.get(target) if self._topic_sync else None
+        source_partitions = len(source_md.partitions) if source_md is not None else 0
+        if known is not None and known < source_partitions:
+            detail = (
+                f"target topic {target!r} has {known} partitions and its source {topic!r} has "
+                f"{source_partitions}"
+            )
+            remedy = (
+                f"add partitions to the target (kafka-topics.sh --alter --topic {target} "
+                f"--partitions {source_partitions}), let the mirror do it (without "
+                "--no-sync-topics), or pass --partitioning key"
+            )
+            if mode == "preserve":
+                raise TopicSyncError(
+                    f"{detail}: --partitioning preserve cannot keep source partitions "
+                    f"{known}..{source_partitions - 1} on their numbers, and will not fold them "
+                    f"onto others; {remedy}"
+                )
+            if target not in self._short_warned:
+                self._short_warned.add(target)
+                logger.warning(
+                    "%s: its messages are placed by key, not by source partition; %s",
+                    detail,
+                    remedy,
+                )
+            self._preserve[target] = False
+            return
+        self._preserve[target] = True
+
+    def _placement(self, target: str, partition: int) -> int:
+        """The target partition for messages of source ``partition`` now: the same number
+        while that partition is usable (preserve mode), else -1 (the producer places them)."""
+        if not self._preserve.get(target):
+            return -1
+        producer: PlacingProducer = self._producer  # type: ignore[assignment]  # see _decide
+        if target not in self._targets and isinstance(producer, LaneProducer):
+            self._whole(target)  # fetches the topic's metadata once
+        elif target not in self._targets:
+            self._targets.add(target)
+            try:
+                producer.health(target)
+            except (FailoverError, KafkaException) as exc:
+                logger.debug("no metadata for target topic %r yet: %s", target, exc)
+        if producer.usable(target, partition):
+            return partition
+        sync = self._topic_sync
+        if sync is not None and partition < sync.partitions.get(target, 0):
+            try:
+                seen = producer.health(target).num_partitions
+            except (FailoverError, KafkaException):
+                return -1
+            if partition < seen:
+                return -1  # a partition the producer knows, and not usable: degraded
+            # The target has this partition (the sync made or saw it) but the producer's view
+            # predates it: look again, at most every _LANE_RETRY_S, rather than route the new
+            # partition's messages elsewhere until the next periodic refresh.
+            now = self._clock()
+            if now >= self._refresh_at.get(target, 0.0):
+                self._refresh_at[target] = now + _LANE_RETRY_S
+                self._refresh_target(target)
+                if producer.usable(target, partition):
+                    return partition
+        return -1
 
     # -- the fast lane (see _lane.py) -------------------------------------------------------
 
@@ -991,13 +1263,20 @@ class Mirror:
             logger.warning("cannot list source topics (%s); keeping the current subscription", exc)
             return
         topics = tuple(sorted(t for t in metadata.topics if self._router.selects(t)))
+        for topic in topics:
+            self._router.target(topic)  # an illegal renamed name fails here, before consuming
+        if self._options.source_servers == self._options.target_servers:
+            # One cluster: a topic the mirror writes is not mirrored again (copy.t would
+            # become copy.copy.t, and so on), as MirrorMaker 2 skips its remote topics.
+            written = {self._router.target(t) for t in topics}
+            topics = tuple(t for t in topics if t not in written)
+        if not self._sync_topics(topics, metadata):
+            return
         if topics == (self._subscribed or ()):
             if not topics and self._subscribed is None:
                 logger.debug("no source topic matches --include %r yet", self._options.include)
             return
         if topics:
-            for topic in topics:
-                self._router.target(topic)  # an illegal renamed name fails here, before consuming
             logger.info("subscribing to %d source topics: %s", len(topics), ", ".join(topics))
             consumer.subscribe(
                 list(topics),
@@ -1152,6 +1431,56 @@ class Mirror:
         if done:
             self._commits += 1
             logger.debug("%s commit: %s", reason, done)
+            now = self._clock()
+            if reason in ("shutdown", "revocation"):
+                self._write_offset_syncs(wait_s=_FINAL_SYNC_WAIT_S)
+            elif now >= self._next_offset_sync:
+                self._next_offset_sync = now + self._options.commit_interval_s
+                self._write_offset_syncs(wait_s=0.0)
+
+    def _write_offset_syncs(self, *, wait_s: float) -> None:
+        """Record, per source partition, that what is handed from now on lands past target
+        positions (see _offsets). Those are high watermarks asked for earlier (at the last
+        sync time), so the commit path does not wait on the target: whatever is handed after
+        the answer came lands past them. Waits up to ``wait_s`` for an answer (at shutdown
+        and revocation, where nothing is handed any more and the last sync matters most)."""
+        sync, topic = self._topic_sync, self._options.offset_syncs_topic
+        producer = self._producer
+        if sync is None or topic is None or producer is None or not self._offset_syncs_on:
+            return
+        pending = self._pending_ends
+        if pending is None:
+            pending = self._pending_ends = self._ask_ends(sync)
+        if not pending.wait(wait_s):
+            return  # asked; written at a later sync time, once answered
+        self._pending_ends = self._ask_ends(sync) if wait_s == 0 else None
+        try:
+            ends = pending.result()
+        except KafkaException as exc:
+            logger.debug("no offset sync this time: cannot read the target's ends: %s", exc)
+            return
+        for tracker in self._ledger:
+            at = tracker.next_offset
+            source, partition = tracker.topic, tracker.partition
+            target = self._router.target(source)
+            if at is None or self._synced.get((source, partition)) == at or target not in ends:
+                continue
+            record = OffsetSync(
+                source_topic=source,
+                source_partition=partition,
+                source_offset=at,
+                target_topic=target,
+                target_offsets=ends[target],
+            )
+            try:
+                producer.produce(topic, record.value(), record.key(), None, _on_sync_delivery)
+            except (BufferError, ProduceTimeout, KafkaException) as exc:
+                logger.debug("offset sync for %s[%d] not written: %s", source, partition, exc)
+                continue
+            self._synced[(source, partition)] = at
+
+    def _ask_ends(self, sync: TopicSync) -> PendingEnds:
+        return sync.ask_ends({self._router.target(t.topic) for t in self._ledger})
 
     # -- shutdown ------------------------------------------------------------------------
 
@@ -1268,6 +1597,8 @@ class Mirror:
             uncommitted=self._ledger.window,
             paused=self._paused,
             partitions=self._partition_statuses(),
+            replication_latency_ms=tuple(sorted(self._ledger.latency_ms.items())),
+            record_age_ms=tuple(sorted(self._record_age_ms.items())),
         )
 
 
@@ -1321,6 +1652,12 @@ def _provenance_of(
         return None
 
 
+def _on_sync_delivery(err: KafkaError | None, report: object) -> None:
+    if err is not None:
+        # Only a hint for translation (which stays correct without it): logged, not fatal.
+        logger.warning("an offset sync was not written: %s", _describe(err))
+
+
 def _describe(err: KafkaError) -> str:
     return f"{err.name()} ({err.str()})"
 
@@ -1336,6 +1673,12 @@ def _default_consumer(conf: dict[str, str]) -> ConsumerLike:
 
     consumer: ConsumerLike = Consumer(conf)
     return consumer
+
+
+def _default_admin(conf: dict[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(conf)
 
 
 def _default_lane(conf: dict[str, Any]) -> Any:

@@ -59,6 +59,12 @@ class MirrorStatus:
     """Delivery rate since the previous status line."""
     commits: int
     partitions: tuple[PartitionStatus, ...]
+    replication_latency_ms: tuple[tuple[str, float], ...] = ()
+    """Per source topic, for its latest delivered span: when the mirror learned it was
+    delivered minus its last record's timestamp (MirrorMaker 2's replication-latency-ms)."""
+    record_age_ms: tuple[tuple[str, float], ...] = ()
+    """Per source topic, its latest consumed record's age when consumed (MM2's
+    record-age-ms)."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -78,6 +84,10 @@ def format_status(status: MirrorStatus, *, as_json: bool = False) -> str:
         f"delivered {status.delivered:,}  in flight {status.in_flight:,}  lag {lag}  "
         f"rerouted {status.rerouted:,}  partitions {len(status.partitions)}"
     )
+    if status.replication_latency_ms:
+        line += f"  latency {max(v for _, v in status.replication_latency_ms):,.0f} ms"
+    if status.record_age_ms:
+        line += f"  age {max(v for _, v in status.record_age_ms):,.0f} ms"
     if status.possible_duplicates:
         line += f"  possible duplicates {status.possible_duplicates:,}"
     if status.dead_lettered:
@@ -103,6 +113,8 @@ class MetricsSnapshot:
     uncommitted: int = 0
     paused: bool = False
     partitions: tuple[PartitionStatus, ...] = ()
+    replication_latency_ms: tuple[tuple[str, float], ...] = ()
+    record_age_ms: tuple[tuple[str, float], ...] = ()
 
 
 class MirrorCollector(Collector):
@@ -161,6 +173,23 @@ class MirrorCollector(Collector):
             "1 while consumption is paused at the in-flight bound",
             value=1 if snap.paused else 0,
         )
+        for name, doc, values in (
+            (
+                "replication_latency_ms",
+                "Latest delivered record's time from its source timestamp until the mirror "
+                "knew it delivered, by source topic",
+                snap.replication_latency_ms,
+            ),
+            (
+                "record_age_ms",
+                "Latest consumed record's age when consumed, by source topic",
+                snap.record_age_ms,
+            ),
+        ):
+            gauge = GaugeMetricFamily(f"failover_mirror_{name}", doc, labels=["topic"])
+            for topic, ms in values:
+                gauge.add_metric([topic], ms)
+            yield gauge
         committed = GaugeMetricFamily(
             "failover_mirror_committed_offset",
             "Last committed source offset",

@@ -7,19 +7,23 @@ clients failed, 2 for bad flags or settings.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from types import FrameType
 
 from confluent_kafka import KafkaException
 
-from ._config import MirrorOptions, load_properties
+from ._config import MirrorOptions, TopicRouter, load_properties
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._gc import tune_gc
 from ._mirror import Mirror
 from ._status import MirrorStatus, format_status
+from ._topics import admin_config
+from ._translate import translate
 
 __all__ = ["main"]
 
@@ -35,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
             "around; commits each source partition only up to its first message not yet "
             "delivered (at-least-once)."
         ),
+        epilog=f"To move a consumer group from the source to the target: {PROG} translate --help",
     )
     ap.add_argument("--source", metavar="BOOTSTRAP", help="source cluster bootstrap servers")
     ap.add_argument("--target", metavar="BOOTSTRAP", help="target cluster bootstrap servers")
@@ -98,6 +103,65 @@ def _parser() -> argparse.ArgumentParser:
         help="hear of every delivery from the failover producer instead of learning deliveries "
         "in bulk on a second client while the target topics are healthy (slower; see "
         "docs/mirror.md)",
+    )
+    ap.add_argument(
+        "--partitioning",
+        choices=("auto", "preserve", "key"),
+        default="auto",
+        help="preserve: source partition p to target partition p while p is usable, routed "
+        "around (and counted) while it is not; key: placement by key, as Kafka's default "
+        "partitioner; auto: preserve when the target topic has at least as many partitions "
+        "as its source, else key (default: auto)",
+    )
+    ap.add_argument(
+        "--no-sync-topics",
+        dest="sync_topics",
+        action="store_false",
+        help="do not create, grow or configure target topics (the target is managed "
+        "elsewhere); a target with fewer partitions than its source is still reported",
+    )
+    ap.add_argument(
+        "--topic-replication-factor",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="replication factor of target topics the mirror creates (default: the target "
+        "cluster's default.replication.factor)",
+    )
+    ap.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a topic config for every target topic, winning over the source's (repeatable)",
+    )
+    ap.add_argument(
+        "--config-exclude",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="source topic configs (whole names) not to copy, besides MirrorMaker 2's "
+        "default exclusions (repeatable)",
+    )
+    ap.add_argument(
+        "--config-sync-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how often topic configs are copied again (default: 60)",
+    )
+    ap.add_argument(
+        "--offset-syncs-topic",
+        default="failover-mirror.offset-syncs",
+        metavar="TOPIC",
+        help="compacted target topic recording where source offsets are on the target, for "
+        "'failover-mirror translate' (default: failover-mirror.offset-syncs)",
+    )
+    ap.add_argument(
+        "--no-offset-syncs",
+        dest="offset_syncs",
+        action="store_false",
+        help="write no offset syncs",
     )
     ap.add_argument(
         "--commit-interval",
@@ -167,10 +231,100 @@ def _options(args: argparse.Namespace) -> MirrorOptions:
         drain_timeout_s=args.drain_timeout,
         topic_refresh_interval_s=args.topic_refresh_interval,
         status_interval_s=args.status_interval,
+        partitioning=args.partitioning,
+        sync_topics=args.sync_topics,
+        topic_replication_factor=args.topic_replication_factor,
+        topic_configs=_topic_configs(args.topic_config),
+        config_exclude=tuple(args.config_exclude),
+        config_sync_interval_s=args.config_sync_interval,
+        offset_syncs_topic=args.offset_syncs_topic if args.offset_syncs else None,
     )
 
 
+def _topic_configs(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise MirrorConfigError(
+                f"--topic-config {pair!r}: give NAME=VALUE, e.g. "
+                "--topic-config retention.ms=86400000"
+            )
+        out[name.strip()] = value
+    return out
+
+
+def _translate_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=f"{PROG} translate",
+        description=(
+            "Translate a consumer group's committed offsets on the source into offsets on the "
+            "target that lose nothing (it may re-read a few messages: the output counts them), "
+            "and with --commit set them for the same group on the target. Needs the mirror's "
+            "provenance headers; offset syncs shorten the scan."
+        ),
+    )
+    ap.add_argument("--source", metavar="BOOTSTRAP", required=True)
+    ap.add_argument("--target", metavar="BOOTSTRAP", required=True)
+    ap.add_argument("--group", metavar="ID", required=True, help="the consumer group to move")
+    ap.add_argument("--consumer.config", dest="consumer_config", metavar="FILE")
+    ap.add_argument("--producer.config", dest="producer_config", metavar="FILE")
+    ap.add_argument("--include", metavar="REGEX", default=".*")
+    ap.add_argument("--exclude", metavar="REGEX")
+    ap.add_argument("--rename", metavar="TEMPLATE", default="{topic}")
+    ap.add_argument("--offset-syncs-topic", default="failover-mirror.offset-syncs", metavar="TOPIC")
+    ap.add_argument(
+        "--commit", action="store_true", help="commit the offsets for the group on the target"
+    )
+    ap.add_argument("--json", action="store_true", help="one JSON object per target partition")
+    return ap
+
+
+def translate_main(argv: Sequence[str]) -> int:
+    args = _translate_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    try:
+        source = load_properties(args.consumer_config) if args.consumer_config else {}
+        target = load_properties(args.producer_config) if args.producer_config else {}
+        source = {**admin_config(source), "bootstrap.servers": args.source}
+        target = {**admin_config(target), "bootstrap.servers": args.target}
+        never = frozenset([args.offset_syncs_topic])
+        router = TopicRouter(
+            include=args.include, exclude=args.exclude, rename=args.rename, never=never
+        )
+        result = translate(
+            source_config=source,
+            target_config=target,
+            group=args.group,
+            router=router,
+            offset_syncs_topic=args.offset_syncs_topic,
+            commit=args.commit,
+        )
+    except MirrorConfigError as exc:
+        print(f"{PROG} translate: error: {exc}", file=sys.stderr)
+        return 2
+    except (MirrorError, KafkaException) as exc:
+        print(f"{PROG} translate: error: {exc}", file=sys.stderr)
+        return 1
+    for t in result:
+        if args.json:
+            print(json.dumps(asdict(t), sort_keys=True))
+        else:
+            print(f"{t.target_topic}[{t.partition}] offset {t.offset:,}  re-reads {t.rereads:,}")
+    if not args.json:
+        done = "committed for" if args.commit else "to commit for (pass --commit)"
+        print(
+            f"{sum(t.rereads for t in result):,} messages will be read again; offsets "
+            f"{done} group {args.group!r} on the target",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["translate"]:
+        return translate_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         options = _options(args)

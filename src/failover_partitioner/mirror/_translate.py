@@ -1,0 +1,214 @@
+"""``failover-mirror translate``: a source consumer group's offsets, as target offsets.
+
+The shell around ``_offsets``: reads the group's committed offsets on the source, the offset
+syncs and the target partitions' provenance headers, and (with ``commit``) commits the result
+for the same group on the target. See docs/mirror.md, "Moving consumers".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from ._config import TopicRouter
+from ._errors import MirrorError
+from ._mirror import _provenance_of
+from ._offsets import FirstUnread, OffsetSync, lower_bounds
+
+__all__ = ["PartitionTranslation", "TranslateError", "translate"]
+
+logger = logging.getLogger(__name__)
+
+
+class TranslateError(MirrorError):
+    """The group's offsets cannot be translated or committed (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionTranslation:
+    """Where the group resumes on one target partition."""
+
+    target_topic: str
+    partition: int
+    offset: int
+    """The group's offset to commit on the target: nothing it has not read lies before it."""
+    rereads: int
+    """Messages from ``offset`` on that the group had already read on the source."""
+    scanned_from: int
+    """The lower bound the offset syncs gave (the scan's start)."""
+
+
+def translate(
+    *,
+    source_config: Mapping[str, Any],
+    target_config: Mapping[str, Any],
+    group: str,
+    router: TopicRouter,
+    offset_syncs_topic: str | None,
+    commit: bool = False,
+    timeout_s: float = 30.0,
+) -> list[PartitionTranslation]:
+    """Translate ``group``'s committed offsets on the source (topics ``router`` selects) into
+    offsets on the target, and commit them for ``group`` there if ``commit``."""
+    committed = _source_offsets(source_config, group, router, timeout_s)
+    reader = Consumer(
+        {
+            **target_config,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+        }
+    )
+    try:
+        syncs = _read_syncs(reader, offset_syncs_topic, timeout_s) if offset_syncs_topic else []
+        md = reader.list_topics(timeout=timeout_s).topics
+        out: list[PartitionTranslation] = []
+        for source, offsets in sorted(committed.items()):
+            target = router.target(source)
+            tmd = md.get(target)
+            if tmd is None or tmd.error is not None or not tmd.partitions:
+                raise TranslateError(
+                    f"group {group!r} consumed source topic {source!r}, but its mirror "
+                    f"{target!r} does not exist on the target; mirror it first (or pass the "
+                    "mirror's --rename)"
+                )
+            n = len(tmd.partitions)
+            bounds = lower_bounds(syncs, source, offsets, n)
+            for q in range(n):
+                out.append(_scan(reader, source, target, q, bounds[q], offsets, timeout_s))
+        if commit:
+            _commit(reader, group, out, timeout_s)
+        return out
+    finally:
+        reader.close()
+
+
+def _source_offsets(
+    config: Mapping[str, Any], group: str, router: TopicRouter, timeout_s: float
+) -> dict[str, dict[int, int]]:
+    """Per selected source topic the group committed in: next offset per partition (0 where
+    it committed none: reading from the start loses nothing)."""
+    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(timeout=timeout_s).topics
+        tps = [
+            TopicPartition(t, p)
+            for t in sorted(md)
+            if router.selects(t)
+            for p in sorted(md[t].partitions)
+        ]
+        found = consumer.committed(tps, timeout=timeout_s) if tps else []
+    finally:
+        consumer.close()
+    out: dict[str, dict[int, int]] = {}
+    for tp in found:
+        if tp.error is not None:
+            raise TranslateError(
+                f"cannot read group {group!r}'s committed offset of {tp.topic}[{tp.partition}] "
+                f"on the source: {tp.error}"
+            )
+        out.setdefault(tp.topic, {})[tp.partition] = tp.offset
+    used = {t: offs for t, offs in out.items() if any(o >= 0 for o in offs.values())}
+    if not used:
+        raise TranslateError(
+            f"consumer group {group!r} has no committed offset on the source for any topic "
+            f"matching --include {router.include!r}: an unknown group, or one that never "
+            "committed; nothing to translate (check the group name and the source cluster)"
+        )
+    return {t: {p: max(o, 0) for p, o in offs.items()} for t, offs in used.items()}
+
+
+def _read_syncs(reader: Consumer, topic: str, timeout_s: float) -> list[OffsetSync]:
+    """Every offset sync in ``topic``, up to its current end."""
+    md = reader.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if md is None or md.error is not None:
+        logger.warning("no offset syncs topic %r on the target: scanning from the start", topic)
+        return []
+    out = []
+    for p in md.partitions:
+        for msg in _read(reader, TopicPartition(topic, p), 0, timeout_s):
+            sync = OffsetSync.decode(msg.value())
+            if sync is not None:
+                out.append(sync)
+    return out
+
+
+def _read(reader: Consumer, tp: TopicPartition, start: int, timeout_s: float) -> list[Any]:
+    """The messages of ``tp`` from ``start`` to its high watermark as of now."""
+    low, high = reader.get_watermark_offsets(tp, timeout=timeout_s)
+    start = max(start, low)
+    if start >= high:
+        return []
+    reader.assign([TopicPartition(tp.topic, tp.partition, start)])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            batch = reader.consume(1000, 0.5)
+            for msg in batch:
+                if msg.error() is not None:
+                    raise TranslateError(f"reading {tp.topic}[{tp.partition}]: {msg.error()}")
+                out.append(msg)
+            if out and out[-1].offset() >= high - 1:
+                return out
+            if not batch and time.monotonic() > deadline:
+                raise TranslateError(
+                    f"reading {tp.topic}[{tp.partition}] from {start} to {high} did not finish "
+                    f"within {timeout_s:.0f} s"
+                )
+    finally:
+        reader.unassign()
+
+
+def _scan(
+    reader: Consumer,
+    source: str,
+    target: str,
+    q: int,
+    bound: int,
+    committed: Mapping[int, int],
+    timeout_s: float,
+) -> PartitionTranslation:
+    first = FirstUnread(source, committed)
+    _, high = reader.get_watermark_offsets(TopicPartition(target, q), timeout=timeout_s)
+    end = high
+    for msg in _read(reader, TopicPartition(target, q), bound, timeout_s):
+        first.see(msg.offset(), _provenance_of(msg.headers(), compact=True) or _separate(msg))
+        end = msg.offset() + 1
+    return PartitionTranslation(
+        target_topic=target,
+        partition=q,
+        offset=first.result(max(end, bound)),
+        rereads=first.rereads,
+        scanned_from=bound,
+    )
+
+
+def _separate(msg: Any) -> tuple[str, int, int] | None:
+    return _provenance_of(msg.headers(), compact=False)
+
+
+def _commit(
+    reader: Consumer, group: str, offsets: list[PartitionTranslation], timeout_s: float
+) -> None:
+    tps = [TopicPartition(t.target_topic, t.partition, t.offset) for t in offsets]
+    try:
+        result = reader.commit(offsets=tps, asynchronous=False)
+    except KafkaException as exc:
+        raise TranslateError(
+            f"the target refused to commit group {group!r}'s translated offsets: {exc}. If "
+            "the group has running consumers on the target, stop them first (a group's offsets "
+            "can be set only while it has no members)"
+        ) from exc
+    bad = [tp for tp in result or [] if tp.error is not None]
+    if bad:
+        raise TranslateError(
+            f"the target refused to commit group {group!r}'s offsets of "
+            + ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in bad)
+        )
