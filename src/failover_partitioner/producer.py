@@ -16,7 +16,7 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   rule the keyed choice follows; its sticky partitioner for keyless ones, unless ``headroom``
   or ``client_rack`` want the rotation), no check of its own (the client's bounded queue
   refuses at the limit: the message then waits for room as a raw producer's caller would), no
-  record without a callback (the client's one config-level callback, :meth:`_report`, counts
+  record without a callback (the client's one config-level callback, ``_report_for``, counts
   a delivery and rebuilds a failed message from the report), and with one a record holding
   only the message and the callback. The first failure, quarantine, metadata change or message
   that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts whole
@@ -68,6 +68,7 @@ import os
 import re
 import threading
 import time
+import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -164,6 +165,26 @@ def _queue_bound(given: object, limit: int) -> object:
         return min(int(float(str(given))), limit)
     except ValueError:
         return given  # the client refuses it, naming the setting
+
+
+def _report_for(
+    count: Callable[[], int], failed: Callable[[None, Any, Any], None]
+) -> Callable[[Any, Any], None]:
+    """The delivery callback of messages produced without a record: a delivery is counted, a
+    failure rebuilt from the report (``failed``). A closure, called once per message: its
+    cells are cheaper to read than a bound method's attributes."""
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            count()
+        else:
+            failed(None, err, msg)
+
+    return report
+
+
+# The callbacks the healthy path takes without a look further (callable, not a DeliveryGroup).
+_PLAIN_CALLBACKS = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType})
 
 
 def _count_value(counter: itertools.count[int]) -> int:
@@ -450,7 +471,8 @@ class FailoverProducer:
         )
         try:
             # The report of a message sent without a callback (see _report).
-            self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report})
+            self._report_cb = _report_for(self._c_out.__next__, self._failed_without_record)
+            self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report_cb})
             self._client_conf = client_conf
             # The client for records sent alone (see the module doc), made on first need.
             self._solo_client: Any = None
@@ -461,7 +483,6 @@ class FailoverProducer:
         # produce_batch hands the client at most this many at once, and never more than the
         # in-flight limit (a chunk must fit under it).
         self._batch_step = min(10_000, limit)
-        self._report_cb = self._report  # bound once: a bound method per message costs
         # A message needs a record when someone must hear of it: a callback (its own or the
         # default), or headers to keep for a retry (delivery reports do not carry them).
         self._plain = self._default_cb is None and message_id_header is None
@@ -544,13 +565,23 @@ class FailoverProducer:
         # message goes to the client as a raw producer's would, placed by the topic's rotation
         # (keyless) or by librdkafka's murmur2 (keys). Every frame and allocation here is a
         # measurable share of a message's time next to librdkafka's own produce().
-        if topic in self._placed and on_delivery is None and headers is None and timestamp is None:
-            # The commonest case, kept shortest: the client places it, nobody listens.
-            try:
-                self._produce_raw(topic, value, key)
-            except BaseException as exc:
-                self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None)
-            return
+        if topic in self._placed and headers is None and timestamp is None:
+            # The commonest cases, kept shortest: the client places the message.
+            if on_delivery is None:
+                try:
+                    self._produce_raw(topic, value, key)
+                except BaseException as exc:
+                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None)
+                return
+            if type(on_delivery) in _PLAIN_CALLBACKS:
+                fresh = self._fresh_cls()
+                fresh._cb = on_delivery
+                fresh._m = (topic, value, key, None, None)
+                try:
+                    self._produce_raw(topic, value, key, _ANY_PARTITION, fresh)
+                except BaseException as exc:
+                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, fresh)
+                return
         rotation = self._whole.get(topic, _NOT_WHOLE)
         if (
             rotation is not _NOT_WHOLE
@@ -957,13 +988,6 @@ class FailoverProducer:
             self._poll_client(min(remaining, 0.05))
             if self._attention:
                 self._service()
-
-    def _report(self, err: Any, msg: Any) -> None:
-        """The delivery callback of messages produced without a record."""
-        if err is None:
-            next(self._c_out)
-            return
-        self._failed_without_record(None, err, msg)
 
     def _report_to(self, cb: DeliveryCallback, err: Any, msg: Any) -> None:
         """The delivery callback of batched messages with a callback ``cb``: their record is
