@@ -32,7 +32,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any, Final
+from typing import Any
 
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     MessageSizeTooLargeError,
@@ -59,6 +59,7 @@ from failover_partitioner._config import (
     producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner._topics import check_topic
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.errors import (
     FailoverError,
@@ -66,6 +67,7 @@ from failover_partitioner.errors import (
     NoUsablePartition,
     ProducerClosed,
     ProduceTimeout,
+    try_alone,
 )
 from failover_partitioner.health import (
     PartitionHealth,
@@ -87,10 +89,6 @@ AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
 
 HeadersIn = Mapping[str, bytes | str | None] | list[tuple[str, bytes | str | None]] | None
 _Headers = list[tuple[str, bytes | None]]
-
-# Errors a broker gives a whole batch because of one record in it: such a batch is split and
-# its messages tried alone, so that only the offending one fails.
-_PER_RECORD_CODES: Final = frozenset({2, 10, 18, 87})
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
 _names = itertools.count(1)
@@ -452,8 +450,8 @@ class AsyncFailoverProducer:
         self, topic: str, value: object, key: object, headers: object, timestamp_ms: int | None
     ) -> _Message:
         """Validate and serialise a message; raises before anything is accepted."""
-        if not isinstance(topic, str) or not topic:
-            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        if topic not in self._topics:
+            check_topic(topic)  # a known topic was checked when first seen
         settings = self._settings
         if settings.key_serializer is not None:
             key = settings.key_serializer(key)
@@ -661,7 +659,8 @@ class AsyncFailoverProducer:
         if ec.refresh_metadata:
             # The inner client does not refresh its own routing for an error it does not retry.
             self._inner.client.force_metadata_update()
-        split = ec.final and ec.code in _PER_RECORD_CODES and len(batch.messages) > 1
+        # A batch refused for one record's sake is split: its messages are tried alone.
+        split = try_alone(ec, batch_size=len(batch.messages), alone=False)
         failed = self._buffer.failed
         queued = False
         for m in batch.messages:

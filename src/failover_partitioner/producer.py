@@ -65,7 +65,6 @@ import itertools
 import logging
 import operator
 import os
-import re
 import threading
 import time
 import types
@@ -92,6 +91,7 @@ from failover_partitioner._message import (
     UndeliveredMessage,
 )
 from failover_partitioner._topics import TopicState as _TopicState
+from failover_partitioner._topics import check_topic
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.errors import (
     BatchRefused,
@@ -103,6 +103,7 @@ from failover_partitioner.errors import (
     ProducerClosed,
     ProduceTimeout,
     classify,
+    try_alone,
 )
 from failover_partitioner.health import (
     TopicMetadata,
@@ -124,10 +125,6 @@ DeadLetterHook = Callable[[UndeliveredMessage, Any], None]
 """``hook(message, err)``: called once for each message that failed finally."""
 
 _names = itertools.count(1)
-
-# Errors a broker gives a whole batch because of one record in it (or its total size): each
-# record is then tried alone (see the module doc). The same set as the asyncio producer's.
-_PER_RECORD_CODES = frozenset({2, 10, 18, 87})
 
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
@@ -344,20 +341,6 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
 def _refusal_text(exc: confluent_kafka.KafkaException) -> str:
     error = exc.args[0] if exc.args else None
     return error.str() if isinstance(error, KafkaError) else str(exc)
-
-
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
-
-def _check_topic(topic: object) -> None:
-    """Refuse a topic that is not a legal Kafka topic name (the client would wait forever)."""
-    if not isinstance(topic, str):
-        raise TypeError(f"topic must be a str, got {topic!r} ({type(topic).__name__})")
-    if topic in (".", "..") or _TOPIC_NAME.fullmatch(topic) is None:
-        raise ValueError(
-            f"topic {topic!r} is not a legal Kafka topic name: use 1 to 249 of the "
-            f"characters a-z A-Z 0-9 . _ -, and not '.' or '..'"
-        )
 
 
 def _check_header_items(headers: Headers, topic: str, refusal: TypeError) -> None:
@@ -657,7 +640,7 @@ class FailoverProducer:
             raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
         chooser = self._choosers.get(topic)
         if chooser is None:
-            _check_topic(topic)  # a known topic was checked when first seen
+            check_topic(topic)  # a known topic was checked when first seen
         # Headers already in confluent-kafka's list-of-pairs form (the mirror's) stay inline
         # too: the client checks each pair as it converts them, and a refusal is reported
         # with a clear message before the message is accepted (see _produce_raised).
@@ -1174,10 +1157,9 @@ class FailoverProducer:
     # -- the delivery side (inside confluent-kafka's poll/flush) ------------------------------
 
     def _on_failure(self, rec: _Record, err: Any, msg: Any) -> None:
-        code = err.code()
-        ec = classify(code, err.name())
+        ec = classify(err.code(), err.name())
         retriable = ec.retriable and not err.fatal()
-        if code in _PER_RECORD_CODES and not getattr(rec, "_solo", False) and retriable is False:
+        if try_alone(ec, batch_size=None, alone=getattr(rec, "_solo", False)):
             # Perhaps the batch's fault, not this record's: try it alone before giving up.
             rec._solo = True
             retriable = not err.fatal()
