@@ -290,8 +290,31 @@ class AsyncFailoverProducer:
         settings = aio_client_settings(client_kwargs)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        # locals() holds the arguments by name (and the client's, which it ignores).
-        opts = producer_options(locals(), dead_letter_args="message, exc")
+        opts = producer_options(
+            strategy=strategy,
+            key_policy=key_policy,
+            headroom=headroom,
+            client_rack=client_rack,
+            sticky_messages=sticky_messages,
+            sticky_bytes=sticky_bytes,
+            max_in_flight=max_in_flight,
+            produce_timeout_s=produce_timeout_s,
+            delivery_timeout_s=delivery_timeout_s,
+            max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            metadata_refresh_s=metadata_refresh_s,
+            metadata_fast_refresh_s=metadata_fast_refresh_s,
+            min_isr_refresh_s=min_isr_refresh_s,
+            metadata_timeout_s=metadata_timeout_s,
+            quarantine_backoff_s=quarantine_backoff_s,
+            quarantine_max_s=quarantine_max_s,
+            min_insync_replicas=min_insync_replicas,
+            message_id_header=message_id_header,
+            dead_letter=dead_letter,
+            metrics_port=metrics_port,
+            dead_letter_args="message, exc",
+        )
         self._options = opts.choice
         self._produce_timeout_s = opts.produce_timeout_s
         self._metadata_timeout_s = opts.metadata_timeout_s

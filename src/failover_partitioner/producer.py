@@ -396,8 +396,31 @@ class FailoverProducer:
         settings = client_settings(conf)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        # locals() holds the arguments by name (and the settings, which it ignores).
-        opts = producer_options(locals(), dead_letter_args="message, err")
+        opts = producer_options(
+            strategy=strategy,
+            key_policy=key_policy,
+            headroom=headroom,
+            client_rack=client_rack,
+            sticky_messages=sticky_messages,
+            sticky_bytes=sticky_bytes,
+            max_in_flight=max_in_flight,
+            produce_timeout_s=produce_timeout_s,
+            delivery_timeout_s=delivery_timeout_s,
+            max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            metadata_refresh_s=metadata_refresh_s,
+            metadata_fast_refresh_s=metadata_fast_refresh_s,
+            min_isr_refresh_s=min_isr_refresh_s,
+            metadata_timeout_s=metadata_timeout_s,
+            quarantine_backoff_s=quarantine_backoff_s,
+            quarantine_max_s=quarantine_max_s,
+            min_insync_replicas=min_insync_replicas,
+            message_id_header=message_id_header,
+            dead_letter=dead_letter,
+            metrics_port=metrics_port,
+            dead_letter_args="message, err",
+        )
         options = opts.choice
         limit = opts.max_in_flight
         self._produce_timeout_s = opts.produce_timeout_s
