@@ -69,6 +69,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -182,6 +183,20 @@ def _report_for(
 
 # The callbacks the healthy path takes without a look further (callable, not a DeliveryGroup).
 _PLAIN_CALLBACKS = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType})
+
+
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method``, held weakly (a call does nothing once its producer is gone): a thread or a
+    client holding the result does not keep the producer alive, so an unclosed one is
+    collected, and warned of."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
 
 
 def _count_value(counter: itertools.count[int]) -> int:
@@ -477,7 +492,10 @@ class FailoverProducer:
         )
         try:
             # The report of a message sent without a callback (see _report).
-            self._report_cb = _report_for(self._c_out.__next__, self._failed_without_record)
+            # Weakly: the metadata thread holds the client, the client this callback.
+            self._report_cb = _report_for(
+                self._c_out.__next__, _weakly(self._failed_without_record)
+            )
             self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report_cb})
             self._client_conf = client_conf
             # The client for records sent alone (see the module doc), made on first need.
@@ -530,7 +548,7 @@ class FailoverProducer:
         )
         self._meta = MetadataRefresher(
             self._source,
-            self._on_metadata,
+            _weakly(self._on_metadata),
             min_insync_replicas=opts.min_insync_replicas,
             refresh_s=opts.refresh_s,
             fast_refresh_s=opts.fast_refresh_s,
@@ -550,6 +568,7 @@ class FailoverProducer:
             self._client.close()
             raise
         self._meta.start()
+        self._opened = True  # from here on, __del__ warns unless close() was called
 
     # -- producing --------------------------------------------------------------------------
 
@@ -1334,7 +1353,7 @@ class FailoverProducer:
             if self._attention or self._closed or not self._bare_ok or self._buffer.failed_depth:
                 return
             for topic, chooser in list(self._choosers.items()):
-                rotation = chooser.whole_rotation()
+                rotation = chooser.whole_rotation(self._client_sticky)
                 if rotation is not False:
                     self._whole[topic] = rotation
                     if rotation is None and self._client_keyed and self._default_cb is None:
@@ -1489,6 +1508,17 @@ class FailoverProducer:
                 len(undelivered),
             )
         return list(undelivered)
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        if getattr(self, "_opened", False) and not self._closed:
+            _warn(
+                f"unclosed FailoverProducer {self._name!r}: call close() (or use it in a with "
+                "block) so that undelivered messages are handed back",
+                ResourceWarning,
+                source=self,
+            )
+            self._meta.close(timeout_s=0)
+            self._metrics.close()
 
     def __enter__(self) -> FailoverProducer:
         return self

@@ -11,6 +11,7 @@ holds the shells to them.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -131,3 +132,13 @@ def test_one_rule_splits_a_refused_batch(
 ) -> None:
     ec = classify(code, KafkaError(code).name())
     assert try_alone(ec, batch_size=size, alone=alone) is expected
+
+
+def test_an_unclosed_failover_producer_warns(cluster: Cluster) -> None:
+    """A producer dropped without close() says so (undelivered messages would be lost with
+    it), as AsyncFailoverProducer does when dropped without stop() (its __del__)."""
+    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    p.health(TOPIC)
+    del p
+    with pytest.warns(ResourceWarning, match="unclosed FailoverProducer"):
+        gc.collect()
