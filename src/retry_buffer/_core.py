@@ -166,8 +166,10 @@ class Accounting(Generic[T]):
         return held() + self._failed_depth
 
     def has_room(self, n: int = 1) -> bool:
-        """Room for ``n`` more messages now."""
-        return self.in_flight() + n <= self._gate
+        """Room for ``n`` more messages now (``in_flight()`` inline: a sender asks per message)."""
+        held = self._held
+        count = len(self._live) if held is None else held() + self._failed_depth
+        return count + n <= self._gate
 
     def try_admit(self, item: T) -> Entry[T] | None:
         """Count ``item`` in and return its entry, or ``None`` while at the limit."""

@@ -34,7 +34,11 @@ class RetryBuffer(Generic[T]):
     does not admit its first attempts (see the accounting core's module doc).
     """
 
-    __slots__ = ("_cond", "_core", "_lock", "_on_final_failure", "delivered")
+    __slots__ = ("_cond", "_core", "_lock", "_on_final_failure", "delivered", "has_room")
+
+    has_room: Callable[..., bool]
+    """``has_room(n=1)``: room for ``n`` more messages now (a look, not a reservation). The
+    core's own method, as ``delivered`` is: a sender may ask once per message."""
 
     delivered: Callable[[Entry[T]], None]
     """``delivered(entry)``: final success, ``entry`` is counted out. A second outcome raises.
@@ -70,6 +74,7 @@ class RetryBuffer(Generic[T]):
         )
         self._on_final_failure = on_final_failure
         self.delivered = self._core.delivered
+        self.has_room = self._core.has_room
 
     @property
     def limit(self) -> int:
@@ -114,10 +119,6 @@ class RetryBuffer(Generic[T]):
         if entry is None:
             return self._admit_waiting(item, timeout)
         return entry
-
-    def has_room(self, n: int = 1) -> bool:
-        """Room for ``n`` more messages now (a look, not a reservation)."""
-        return self._core.has_room(n)
 
     def adopt(self, item: T) -> Entry[T]:
         """An entry for ``item``, which the sender holds (see ``held`` in docs/retry_buffer.md);
