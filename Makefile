@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test lint bench demo install clean kafka
+.PHONY: test lint bench demo install clean kafka faithful
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ lint: $(STAMP)
 # A real Apache Kafka cluster (jars from Maven Central, tests/realkafka/pom.xml) until Ctrl-C.
 kafka: $(STAMP)
 	$(PY) -m tests.realkafka $(KAFKA_ARGS)
+
+# The same scenarios on real Kafka and on minibroker, side by side (docs/minibroker.md, Faithfulness).
+faithful: $(STAMP)
+	$(PY) -m tests.faithful.compare $(FAITHFUL_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/failover-demo $(DEMO_ARGS)

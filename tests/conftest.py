@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-_LAYERS = ("unit", "integration", "spark", "interop", "kafka")
+_LAYERS = ("unit", "integration", "spark", "interop", "kafka", "faithful")
 
 pytest_plugins = ["tests.realkafka.fixtures"]
 

@@ -321,6 +321,8 @@ PROFILES: Mapping[str, Mapping[str, str]] = {
 # Settings that may differ between brokers (``Cluster(broker_config={id: {...}})``).
 PER_BROKER_KEYS = frozenset({"broker.rack"})
 
+ELR_MIN_ISR = "min.insync.replicas"
+
 # topic setting -> the broker setting it falls back to (Kafka's synonym)
 TOPIC_CONFIGS: Mapping[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
@@ -472,7 +474,10 @@ class ConfigStore:
 
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
-        self._dynamic_default: dict[str, str] = {}
+        # With eligible leader replicas on (Kafka 4.1+), the controller writes the cluster-level
+        # min.insync.replicas as a dynamic default at bootstrap, from its static config or the
+        # default (KIP-966); DescribeConfigs names that layer, and it cannot be deleted.
+        self._dynamic_default: dict[str, str] = {ELR_MIN_ISR: settings.text(ELR_MIN_ISR) or "1"}
         self._dynamic_broker: dict[int, dict[str, str]] = {}
 
     def _layers(self, name: str, broker_id: int) -> list[tuple[str, str | None, ConfigSource]]:
@@ -561,13 +566,17 @@ class ConfigStore:
             )
         return entries
 
-    def check_dynamic_broker_change(self, name: str, value: str | None) -> str | None:
+    def check_dynamic_broker_change(
+        self, name: str, value: str | None, *, cluster_wide: bool = False
+    ) -> str | None:
         """Validate one dynamic broker change; returns the normalized value (None = delete)."""
         defn = BROKER_CONFIGS.get(name)
         if defn is None:
             raise ConfigError(f"unknown broker setting {name!r}")
         if not defn.dynamic:
             raise ConfigError(f"{name} cannot be changed at runtime (it is read-only)")
+        if value is None and cluster_wide and name == ELR_MIN_ISR:
+            raise ConfigError(f"Cluster-level {name} cannot be removed while ELR is enabled")
         if value is None:
             return None
         return _checked(defn, name, value)

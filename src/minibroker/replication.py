@@ -16,9 +16,11 @@ Rules, after Kafka's ``Partition.scala`` / ``ReplicaManager``:
 * High watermark = min log end over the ISR; it does not advance while the ISR is smaller than
   the effective minimum min(min.insync.replicas, RF) (Kafka 3.7+, KIP-966).
 * acks=all: refused before append with NOT_ENOUGH_REPLICAS when ISR < effective minimum; else
-  the reply waits until the HWM covers the batch; NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR
-  falls below the minimum meanwhile; REQUEST_TIMED_OUT at the deadline; NOT_LEADER_OR_FOLLOWER if
-  leadership moves.
+  the reply waits until the HWM covers the batch; REQUEST_TIMED_OUT at the deadline;
+  NOT_LEADER_OR_FOLLOWER if leadership moves. An ISR falling below the minimum meanwhile does not
+  answer the write: the HWM stands still there, so it waits for the ISR to grow back or for its
+  deadline (Kafka 3.7+; NOT_ENOUGH_REPLICAS_AFTER_APPEND remains only for a write whose offset
+  the HWM covered while the ISR was already short, as ``checkEnoughReplicasReachOffset``).
 * A follower that starts following a new leader epoch first truncates its log where it diverges
   from the leader's (leader-epoch cache), then copies.
 """
@@ -151,6 +153,11 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         return self.logs[self.leader].log_end_offset if self.leader >= 0 else -1
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """The leader's log end when it took this epoch's leadership."""
+        return self._epoch_start_offset
 
     @property
     def leader_log(self) -> ReplicaLog:
@@ -359,8 +366,7 @@ class Partition:
             reason,
         )
         if len(isr) < self.effective_min_isr:
-            if self._waiters:
-                self._fail_waiters(ErrorCode.not_enough_replicas_after_append)
+            # Waiting acks=all writes stay waiting (KIP-966): see the module docstring.
             logger.warning(
                 "%s is under min ISR: ISR %s < min.insync.replicas %d",
                 self.name,
@@ -375,9 +381,7 @@ class Partition:
         self.min_insync_replicas = value
         if self.leader < 0:
             return
-        if len(self.isr) < self.effective_min_isr:
-            self._fail_waiters(ErrorCode.not_enough_replicas_after_append)
-        else:
+        if len(self.isr) >= self.effective_min_isr:
             self._maybe_advance_high_watermark()
 
     # ----------------------------------------------------------------- controller decisions

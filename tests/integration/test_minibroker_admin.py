@@ -94,7 +94,8 @@ def test_confluent_admin_round_trip(cluster: Cluster) -> None:
     topic = ConfigResource(ResourceType.TOPIC, "ck-admin")
     configs = admin.describe_configs([topic])[topic].result(10)
     assert configs["min.insync.replicas"].value == "2"
-    assert configs["min.insync.replicas"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    # Kafka 4.1+ (eligible leader replicas) keeps it as a cluster-level dynamic default.
+    assert configs["min.insync.replicas"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
     assert configs["retention.ms"].value == "60000"
     assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     broker = ConfigResource(ResourceType.BROKER, "1")

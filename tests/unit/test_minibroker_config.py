@@ -65,7 +65,12 @@ def test_topic_settings_resolve_in_kafkas_order_and_report_their_source() -> Non
         )
         return entry.value, entry.source
 
-    assert source({}) == ("2", ConfigSource.STATIC_BROKER_CONFIG)
+    # Kafka 4.1+ with eligible leader replicas: the controller copies the static value into a
+    # cluster-level dynamic default at bootstrap (KIP-966), and refuses to delete it.
+    assert source({}) == ("2", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    with pytest.raises(ConfigError, match="cannot be removed while ELR is enabled"):
+        store.check_dynamic_broker_change("min.insync.replicas", None, cluster_wide=True)
+    assert store.check_dynamic_broker_change("min.insync.replicas", None) is None  # per broker
     store.set_dynamic_broker(None, "min.insync.replicas", "3")
     assert source({}) == ("3", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     store.set_dynamic_broker(2, "min.insync.replicas", "1")

@@ -72,6 +72,21 @@ def test_high_watermark_is_the_minimum_log_end_over_the_isr() -> None:
     assert recorder.advanced == 1
 
 
+def test_a_new_leader_knows_the_high_watermark_only_as_its_followers_last_told_it() -> None:
+    # Kafka's new leader starts from its own (follower) high watermark; until that reaches the
+    # epoch's start offset, ListOffsets latest answers OFFSET_NOT_AVAILABLE (KIP-207).
+    partition, _ = new_partition()
+    assert append(partition, 3) == ErrorCode.none
+    replicate(partition, 2, 0.0)  # replica 2 reported before 3: it last heard HWM 0
+    replicate(partition, 3, 0.0)
+    assert partition.high_watermark == 3
+    partition.elect(2, (2, 3), 1.0, "leader 1 fenced")
+    assert partition.epoch_start_offset == 3
+    assert partition.high_watermark == 0
+    replicate(partition, 3, 1.1)
+    assert partition.high_watermark == 3
+
+
 def test_lagging_follower_leaves_the_isr_after_the_lag_time_and_returns_once_caught_up() -> None:
     partition, recorder = new_partition()
     append(partition, 2)
@@ -139,14 +154,33 @@ def test_waiting_write_completes_when_the_hwm_covers_it() -> None:
     assert outcomes == [ErrorCode.none]
 
 
-def test_waiting_write_gets_after_append_error_when_the_isr_shrinks_under_the_minimum() -> None:
+def test_waiting_write_under_the_minimum_times_out_as_on_kafka() -> None:
+    # Kafka 4.4 answers REQUEST_TIMED_OUT here, not NOT_ENOUGH_REPLICAS_AFTER_APPEND: the HWM
+    # stands still under min ISR (KIP-966), so the write is never acknowledged
+    # (tests/kafka/test_kafka_min_isr.py measures it).
     partition, _ = new_partition(replicas=(1, 2), min_isr=2)
     append(partition)
     outcomes: list[ErrorCode] = []
     partition.await_commit(1, 10.0, outcomes.append)
     partition.tick(0.6)
-    assert outcomes == [ErrorCode.not_enough_replicas_after_append]
+    assert partition.isr == (1,)
+    assert outcomes == []  # still waiting: the ISR shrank, the deadline has not come
+    partition.tick(10.0)
+    assert outcomes == [ErrorCode.request_timed_out]
     assert partition.log_end_offset == 1  # the data stays in the leader's log
+    assert partition.high_watermark == 0
+
+
+def test_waiting_write_under_the_minimum_completes_when_the_follower_returns() -> None:
+    partition, _ = new_partition(replicas=(1, 2), min_isr=2)
+    append(partition)
+    outcomes: list[ErrorCode] = []
+    partition.await_commit(1, 10.0, outcomes.append)
+    partition.tick(0.6)
+    assert partition.isr == (1,)
+    replicate(partition, 2, 1.0)
+    assert list(partition.isr) == [1, 2]
+    assert outcomes == [ErrorCode.none]
 
 
 def test_waiting_write_times_out_and_fails_on_leader_change() -> None:

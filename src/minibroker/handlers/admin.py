@@ -314,7 +314,7 @@ def _alter_broker(
             )
         try:
             normalized = cluster.configs.check_dynamic_broker_change(
-                config, None if operation == _DELETE else value
+                config, None if operation == _DELETE else value, cluster_wide=broker_id is None
             )
         except ConfigError as exc:
             raise TopicError(str(exc), error_code=ErrorCode.invalid_config) from None

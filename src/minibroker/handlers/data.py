@@ -311,7 +311,15 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> None:
             high_watermark = log.high_watermark
             entry["leader_epoch"] = partition.leader_epoch
             timestamp = item.timestamp
-            if timestamp == _LATEST:
+            # A new leader knows the high watermark only as its followers last told it, until
+            # they fetch from it: below its epoch's start offset, Kafka answers the latest
+            # offset, and a timestamp it cannot find under that mark, with OFFSET_NOT_AVAILABLE
+            # (retriable; KIP-207, Partition.fetchOffsetForTimestamp).
+            behind = high_watermark < partition.epoch_start_offset
+            if timestamp == _LATEST and behind:
+                entry["error_code"] = ErrorCode.offset_not_available
+                entry["leader_epoch"] = -1
+            elif timestamp == _LATEST:
                 entry["offset"] = high_watermark
             elif timestamp in (_EARLIEST, _EARLIEST_LOCAL):
                 entry["offset"] = log.log_start_offset
@@ -323,7 +331,9 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> None:
                 )
                 # Nothing found: offset and timestamp -1 and no epoch, as Kafka answers.
                 entry["leader_epoch"] = -1
-                if found is not None:
+                if found is None and behind:
+                    entry["error_code"] = ErrorCode.offset_not_available
+                elif found is not None:
                     entry["offset"], entry["timestamp"] = found.offset, found.timestamp
                     entry["leader_epoch"] = found.leader_epoch
             else:
