@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test lint bench demo install clean kafka faithful
+.PHONY: test lint bench demo install clean kafka faithful compare
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Scenarios 1 and 4 of docs/comparison.md on one real Kafka cluster (minutes; not part of test):
+# tables on the terminal, report.json, a plot and the logs in build/compare/<time>/.
+compare: $(STAMP)
+	PYTHONPATH=bench $(PY) -m compare $(COMPARE_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,200 @@
+"""``make compare``: every contender on one real Kafka cluster; tables, a JSON report, a plot."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from tests.realkafka.cluster import KafkaCluster
+from tests.realkafka.jars import ensure_jars
+
+from compare import java
+from compare.contenders import (
+    Load,
+    java_runner,
+    run_aiokafka,
+    run_async_failover,
+    run_confluent,
+    run_failover,
+)
+from compare.report import fault_table, plot, throughput_table, write_json
+from compare.scenario import Contender, producers_under_fault, throughput
+
+# The second Java row: KIP-794's knob for leaders that stop draining (0, off, by default). Its
+# documentation gives no value; this is one a user would pick to react within about a second.
+AVAILABILITY_TIMEOUT_MS = "1000"
+
+
+def contenders(program: java.JavaProgram | None, log: IO[str]) -> list[Contender]:
+    out = [
+        Contender(name="confluent-kafka", run=run_confluent, note="Producer, acks=all"),
+        Contender(name="FailoverProducer", run=run_failover, note="defaults, acks=all"),
+        Contender(name="AsyncFailoverProducer", run=run_async_failover, note="defaults"),
+        Contender(name="aiokafka", run=run_aiokafka, note="AIOKafkaProducer, acks=all"),
+    ]
+    if program is not None:
+        out += [
+            Contender(
+                name="Java producer",
+                run=java_runner(program, {}, log),
+                note="kafka-clients defaults",
+            ),
+            Contender(
+                name="Java producer (avail. timeout)",
+                run=java_runner(
+                    program, {"partitioner.availability.timeout.ms": AVAILABILITY_TIMEOUT_MS}, log
+                ),
+                note=f"partitioner.availability.timeout.ms={AVAILABILITY_TIMEOUT_MS}",
+            ),
+        ]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make compare", description=__doc__)
+    parser.add_argument(
+        "--out", type=Path, help="folder for the report (default: build/compare/<UTC time>)"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="library and broker logs on the terminal"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=2000.0, help="scenario 1: messages per second"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="scenario 1: seconds of sending"
+    )
+    parser.add_argument(
+        "--fault", type=float, nargs=2, default=(20.0, 40.0), metavar=("START", "END")
+    )
+    parser.add_argument(
+        "--messages", type=int, default=50_000, help="scenario 4: messages per round"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="scenario 4: rounds")
+    parser.add_argument(
+        "--only", default="", help="contenders whose name contains this (comma-separated)"
+    )
+    parser.add_argument("--scenarios", default="1,4", help="which scenarios to run")
+    args = parser.parse_args(argv)
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out: Path = args.out or Path("build") / "compare" / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "compare.log"
+    log = log_path.open("a", buffering=1)
+    terminal = sys.stdout
+
+    def progress(line: str) -> None:
+        print(line, file=terminal, flush=True)
+
+    if not args.verbose:
+        # librdkafka and the JVMs write to file descriptor 2 themselves: send it to the log.
+        os.dup2(log.fileno(), 2)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    only = [w.strip().lower() for w in args.only.split(",") if w.strip()]
+    scenarios = {s.strip() for s in args.scenarios.split(",")}
+    load_avg = os.getloadavg()
+    progress(f"compare: report in {out}; load average " + " ".join(f"{x:.2f}" for x in load_avg))
+    program: java.JavaProgram | None = None
+    java_error = ""
+    try:
+        program = java.ensure_program()
+    except Exception as exc:  # reported in the tables' notes, the others still run
+        java_error = str(exc)
+        progress(f"compare: the Java producer cannot run: {exc}")
+    chosen = [
+        c for c in contenders(program, log) if not only or any(w in c.name.lower() for w in only)
+    ]
+    jars = ensure_jars()
+    meta: dict[str, object] = {
+        "kafka": jars.version,
+        "started": stamp,
+        "load_average_at_start": load_avg,
+        "java_unavailable": java_error,
+        "scenario_1": {"rate_per_s": args.rate, "duration_s": args.duration, "fault_s": args.fault,
+                       "paused_brokers": [4, 5], "partitions": 12, "replication_factor": 3,
+                       "min_insync_replicas": 2, "value_bytes": 100},
+        "scenario_4": {"messages_per_round": args.messages, "rounds": args.rounds,
+                       "value_bytes": 100},
+        "contenders": {c.name: c.note for c in chosen},
+    }  # fmt: skip
+    faults, speeds = [], []
+    started = time.monotonic()
+    with KafkaCluster(5, min_insync_replicas=2, jars=jars) as cluster:
+        progress(
+            f"compare: Kafka {jars.version}, 5 brokers up in {time.monotonic() - started:.0f} s"
+        )
+        try:
+            if "1" in scenarios:
+                progress("scenario 1, producers under a fault:")
+                faults = producers_under_fault(
+                    cluster,
+                    chosen,
+                    Load(rate_per_s=args.rate, duration_s=args.duration),
+                    fault_start_s=args.fault[0],
+                    fault_end_s=args.fault[1],
+                    progress=progress,
+                )
+            if "4" in scenarios:
+                progress("scenario 4, throughput on a healthy cluster:")
+                speeds = throughput(
+                    cluster,
+                    chosen,
+                    Load(count=args.messages),
+                    rounds=args.rounds,
+                    progress=progress,
+                )
+        finally:
+            brokers = out / "broker-logs"
+            brokers.mkdir(exist_ok=True)
+            for node in (0, *cluster.broker_ids):
+                with contextlib.suppress(OSError):
+                    shutil.copy(cluster.node(node).log_path, brokers / f"node-{node}.log")
+    meta["load_average_at_end"] = os.getloadavg()
+    meta["wall_s"] = time.monotonic() - started
+    with contextlib.suppress(OSError):
+        meta["uptime"] = subprocess.run(
+            ["uptime"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    if faults:
+        progress("")
+        progress(
+            f"Scenario 1: {args.rate:g} msg/s for {args.duration:g} s, brokers 4 and 5 paused "
+            f"{args.fault[0]:g}-{args.fault[1]:g} s (partitions 5, 8, 9 under min ISR); "
+            f"Kafka {jars.version}"
+        )
+        progress(fault_table(faults))
+        plot(out / "delivered-per-second.png", faults, *args.fault)
+    if speeds:
+        progress("")
+        progress(
+            f"Scenario 4: {args.messages} messages of 100 bytes, acks=all, "
+            f"{args.rounds} alternated rounds, healthy cluster"
+        )
+        progress(throughput_table(speeds))
+    write_json(out / "report.json", meta, producers_under_fault=faults, throughput=speeds)
+    progress("")
+    progress(
+        f"compare: report {out / 'report.json'}"
+        + (f", plot {out / 'delivered-per-second.png'}" if faults else "")
+    )
+    progress(f"compare: logs {log_path} (brokers: {out / 'broker-logs'}); load average now "
+             + " ".join(f"{x:.2f}" for x in os.getloadavg()))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

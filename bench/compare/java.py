@@ -1,0 +1,111 @@
+"""The Java producer contender: kafka-clients from Maven Central, a small program compiled once.
+
+The jars come from ``bench/compare/pom.xml`` (``mvn dependency:copy-dependencies``) and the class
+from ``JavaProducer.java`` (``javac``), both into a cache folder named after the pom's and the
+source's contents, next to the broker's jars (``tests/realkafka/jars.py``), and reused after.
+Each run is one JVM, started in a session of its own and killed by its process id when the run
+ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from tests.realkafka.jars import Unavailable, cache_root
+
+HERE = Path(__file__).parent
+POM = HERE / "pom.xml"
+SOURCE = HERE / "JavaProducer.java"
+_DONE = ".complete"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JavaProgram:
+    java: str
+    classpath: str
+
+
+def _tool(name: str) -> str:
+    home = os.environ.get("JAVA_HOME")
+    path = str(Path(home) / "bin" / name) if home else shutil.which(name)
+    if not path or not Path(path).exists():
+        raise Unavailable(f"the Java producer needs `{name}` (a JDK 17+) on PATH or in JAVA_HOME")
+    return path
+
+
+def ensure_program(timeout_s: float = 600.0) -> JavaProgram:
+    """kafka-clients and the compiled JavaProducer, fetched and built on first use."""
+    java, javac = _tool("java"), _tool("javac")
+    digest = hashlib.sha256(POM.read_bytes() + SOURCE.read_bytes()).hexdigest()[:16]
+    folder = cache_root().parent / "compare" / digest
+    if not (folder / _DONE).exists():
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise Unavailable("the Java producer's jars come from Maven Central: `mvn` is missing")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="fetch-", dir=folder.parent))
+        try:
+            for command in (
+                [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+                 "-DincludeScope=runtime", f"-DoutputDirectory={staging / 'lib'}"],
+                [javac, "-nowarn", "-d", str(staging / "classes"),
+                 "-cp", str(staging / "lib" / "*"), str(SOURCE)],
+            ):  # fmt: skip
+                done = subprocess.run(
+                    command, capture_output=True, text=True, timeout=timeout_s, check=False
+                )
+                if done.returncode != 0:
+                    tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+                    raise Unavailable(f"`{Path(command[0]).name}` failed:\n" + "\n".join(tail))
+            (staging / _DONE).write_text(digest)
+            if folder.exists():
+                shutil.rmtree(staging)
+            else:
+                staging.rename(folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    classpath = os.pathsep.join([str(folder / "classes"), str(folder / "lib" / "*")])
+    return JavaProgram(java=java, classpath=classpath)
+
+
+def run(
+    program: JavaProgram,
+    args: Sequence[str],
+    *,
+    log: IO[str],
+    on_start: Callable[[], None],
+    timeout_s: float,
+) -> list[str]:
+    """Run JavaProducer with ``args``; ``on_start`` when it prints "start"; its other lines."""
+    command = [program.java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", program.classpath]
+    process = subprocess.Popen(
+        [*command, "JavaProducer", *args],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline().strip()
+        if first != "start":
+            raise RuntimeError(f"the Java producer did not start (said {first!r}); see the log")
+        on_start()
+        lines, _ = process.communicate(timeout=timeout_s)
+        if process.returncode != 0:
+            raise RuntimeError(f"the Java producer exited with {process.returncode}; see the log")
+        return lines.splitlines()
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
