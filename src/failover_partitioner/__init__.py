@@ -13,6 +13,7 @@ from failover_partitioner._message import DeliveryGroup, DeliveryReport, Undeliv
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.choose import NO_PARTITION, ChoiceOptions, PartitionChooser
 from failover_partitioner.errors import (
+    AuthenticationFailed,
     BatchRefused,
     ConfigError,
     ErrorClass,
@@ -37,6 +38,7 @@ from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
 __all__ = [
     "NO_PARTITION",
     "AsyncFailoverProducer",
+    "AuthenticationFailed",
     "BatchRefused",
     "ChoiceOptions",
     "ConfigError",

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from failover_partitioner._message import UndeliveredMessage
 
 __all__ = [
+    "AuthenticationFailed",
     "BatchRefused",
     "ConfigError",
     "ErrorClass",
@@ -47,6 +48,13 @@ class ProducerClosed(FailoverError):
 
 class MetadataUnavailable(FailoverError):
     """No metadata could be had for a topic within the time allowed."""
+
+
+class AuthenticationFailed(MetadataUnavailable):
+    """The cluster refused the client's credentials (SASL authentication failed), so no metadata
+    and no message can get through until they are fixed. Raised by ``produce`` and ``health``
+    for a topic whose metadata could not be had for that reason; ``produce`` did not accept the
+    message (the caller still holds it)."""
 
 
 class NoUsablePartition(FailoverError):

@@ -95,6 +95,7 @@ from failover_partitioner._topics import TopicState as _TopicState
 from failover_partitioner._topics import check_topic
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.errors import (
+    AuthenticationFailed,
     BatchRefused,
     ConfigError,
     ErrorClass,
@@ -490,6 +491,11 @@ class FailoverProducer:
         client_conf["queue.buffering.max.messages"] = (
             min(limit, _QUEUE_MAX) if queued is None else _queue_bound(queued, limit)
         )
+        # librdkafka tells of a refused login only through error_cb (served by poll): kept, so
+        # that "no metadata" can say why; the user's own error_cb still gets every error.
+        self._auth_error: str | None = None
+        self._user_error_cb = client_conf.get("error_cb")
+        client_conf["error_cb"] = _weakly(self._on_client_error)
         try:
             # The report of a message sent without a callback (see _report).
             # Weakly: the metadata thread holds the client, the client this callback.
@@ -1193,8 +1199,29 @@ class FailoverProducer:
         try:
             self._meta.fetch_now(topic, max(self._produce_timeout_s, 0.5))
         except MetadataUnavailable as exc:
+            self._raise_if_refused(exc)
             logger.warning("%s; messages for it wait", exc)
         return self._choosers.get(topic)
+
+    def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
+        if err.code() == confluent_kafka.KafkaError._AUTHENTICATION:
+            if self._auth_error is None:
+                logger.error(
+                    "the cluster refused this producer's credentials: %s; check sasl.username, "
+                    "sasl.password and sasl.mechanisms (nothing is sent until they are right)",
+                    err.str(),
+                )
+            self._auth_error = err.str()
+        if self._user_error_cb is not None:
+            self._user_error_cb(err)
+
+    def _raise_if_refused(self, exc: MetadataUnavailable) -> None:
+        """Raise AuthenticationFailed instead of ``exc`` when a refused login is the cause."""
+        self._client.poll(0)  # serves error_cb: a refused login is told only there
+        if self._auth_error is not None:
+            raise AuthenticationFailed(
+                f"{exc}: the cluster refused the credentials ({self._auth_error})"
+            ) from exc
 
     # -- the delivery side (inside confluent-kafka's poll/flush) ------------------------------
 
@@ -1541,7 +1568,11 @@ class FailoverProducer:
                 raise ProducerClosed(f"health({topic!r}) of a new topic after close()")
             with self._topics_lock:
                 self._watched.add(topic)
-            self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
+            try:
+                self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
+            except MetadataUnavailable as exc:
+                self._raise_if_refused(exc)
+                raise
             state = self._topics[topic]
         return state.view
 

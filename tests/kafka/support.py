@@ -35,6 +35,7 @@ _MOVING = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader's high watermark not caught up yet
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError._TIMED_OUT,
         KafkaError._TRANSPORT,

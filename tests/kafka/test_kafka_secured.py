@@ -8,18 +8,22 @@ client writes for SCRAM over TLS, and:
    10,000 messages each with brokers 4 and 5 paused mid-run, nothing lost;
 2. a user without WRITE on the topic: every message ends with the authorization error within a
    second, none is rerouted, the producer does not spin;
-3. a user without DESCRIBE_CONFIGS: production works, a warning names the min ISR assumed;
-4. no password appears in logs (DEBUG included), exceptions, metrics or status lines.
+3. a wrong password: AuthenticationFailed, naming the refused login, within the producer's
+   timeout, and one error in the log;
+4. a user without DESCRIBE_CONFIGS: production works, a warning names the min ISR assumed;
+5. no password appears in logs (DEBUG included), exceptions, metrics or status lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import logging
 import ssl
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from pyspark.sql import SparkSession
 
-from failover_partitioner import FailoverProducer
+from failover_partitioner import AuthenticationFailed, FailoverProducer
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.spark import write_to_kafka
 from tests.integration.test_reliability_mirror_crash import MirrorProcess
@@ -144,6 +148,12 @@ def test_async_failover_producer_secured_loses_nothing_with_brokers_paused(
             return ap.statistics().delivered
 
     assert asyncio.run(run()) == MESSAGES
+    with warnings.catch_warnings():
+        # aiokafka leaves unclosed the socket of a connection still in its TLS/SASL handshake
+        # with a paused broker when the client stops (the connect is cancelled mid-handshake):
+        # collected here, so it is not reported against the next test.
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
     cluster.heal()
     assert len(consumed_back(cluster, topic, b"a-")) == MESSAGES
     assert SECRET not in caplog.text
@@ -229,6 +239,7 @@ def test_a_user_without_write_fails_each_message_at_once_and_nothing_is_rerouted
     user = user_with(cluster, [topic], ["describe", "describe_configs"])
     outcomes: list[tuple[float, Any]] = []
     p = FailoverProducer({**cluster.client_settings(user, password(user)), "acks": "all"})
+    p.health(topic)  # DESCRIBE is allowed: the metadata is known before the clock starts
     began = time.monotonic()
     for i in range(200):
         p.produce(
@@ -242,9 +253,32 @@ def test_a_user_without_write_fails_each_message_at_once_and_nothing_is_rerouted
     p.close()
     assert len(outcomes) == 200
     assert all(e is not None and e.code() == 29 for _, e in outcomes)  # TOPIC_AUTHORIZATION_FAILED
-    assert max(t for t, _ in outcomes) - began < 1.5
+    assert max(t for t, _ in outcomes) - began < 1.0  # every one ended within a second
     assert (stats.rerouted, stats.retries, stats.final_failures) == (0, 0, 200)
     assert idle_cpu < 0.5, f"{idle_cpu:.2f} s of CPU in 3 idle seconds"
+
+
+def test_a_wrong_password_is_named_as_an_authentication_failure(
+    cluster: KafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, _ = new_topic(cluster, "wrong-password")
+    user = user_with(cluster, [topic], ["write", "describe"])
+    wrong = "not-" + password(user)
+    p = FailoverProducer({**cluster.client_settings(user, wrong), "acks": "all"})
+    began = time.monotonic()
+    with pytest.raises(AuthenticationFailed) as raised:
+        p.produce(topic, b"x")  # not accepted: the caller still holds it
+    assert time.monotonic() - began < 10  # the producer's produce_timeout_s (5 s) and a poll
+    text = str(raised.value)
+    assert "refused the credentials" in text
+    assert "authentication" in text.lower(), text
+    with pytest.raises(AuthenticationFailed):
+        p.health(topic)
+    assert p.close() == []  # nothing was accepted, nothing is left
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len([e for e in errors if "refused this producer's credentials" in e]) == 1
+    for shown in (text, caplog.text):
+        assert SECRET not in shown
 
 
 def test_a_user_without_describe_configs_produces_and_is_told_the_min_isr_assumed(

@@ -18,6 +18,7 @@ DOCUMENTED = {
     "ConfigError",
     "ProduceTimeout",
     "ProducerClosed",
+    "AuthenticationFailed",
     "MetadataUnavailable",
     "FailoverConfigWarning",
     "ProducerStatistics",
