@@ -953,7 +953,10 @@ class FailoverProducer:
             if self._attention:
                 self._service()
             if topic not in self._whole:
-                # Off the healthy path meanwhile: the failover path places it.
+                # Off the healthy path meanwhile (a failure came back and waits): the failover
+                # path places it, once the failed buffer and the client leave room for it.
+                if not self._buffer.has_room():
+                    continue
                 cb = None if report is None else report._cb
                 self._produce_with_record(topic, value, key, None, cb, None)
                 return
