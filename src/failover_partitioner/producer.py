@@ -219,6 +219,11 @@ def _count_value(counter: itertools.count[int]) -> int:
 class ProducerStatistics:
     """A snapshot of a producer's counters (``in_flight`` includes ``failed_buffer_depth``).
 
+    ``in_flight`` is read from what the clients hold, ``len(client)``, which also counts
+    reports waiting for the next poll: while messages are out it (and ``produced``, derived
+    from it) may be over by a few; after ``flush`` both are exact. The bound itself is kept on
+    messages (never more than ``max_in_flight`` accepted and not ended).
+
     ``possible_duplicates`` counts messages with at least one ambiguous failed attempt (one
     that may have been written); ``ambiguous_failures`` counts those attempts, the most extra
     copies the re-producing can have made.
