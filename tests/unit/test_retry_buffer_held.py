@@ -19,23 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from retry_buffer import BufferClosed, Entry, InvalidArgument, Merger, RetryBuffer, RetryPolicy
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-policies = st.builds(
-    RetryPolicy,
-    max_attempts=st.none() | st.integers(1, 4),
-    deadline_s=st.none() | st.floats(0.5, 20.0),
-    backoff_initial_s=st.sampled_from([0.0, 0.1, 0.5]),
-    backoff_max_s=st.sampled_from([0.5, 2.0]),
-)
+from tests.unit.test_retry_buffer_model import FakeClock, policies
 
 
 class HeldMachine(RuleBasedStateMachine):
