@@ -4,7 +4,8 @@ confluent-kafka ships librdkafka with its ``rd_kafka_mock_*`` functions exported
 Python API for them. :class:`MockCluster` starts a mock cluster of N brokers on 127.0.0.1 and
 exposes the fault injection this project needs: per-broker request errors (for instance every
 Produce answered with NOT_ENOUGH_REPLICAS while the metadata still reports a full ISR), broker
-down/up and leader moves.
+down/up, a broker that hangs (answers delayed) and leader moves, and the requests each broker
+received.
 
 The mock has no replication, no ISR and no min-ISR enforcement (its metadata reports
 ISR == replicas), no CreateTopics and no DescribeConfigs: use it for speed and for failures
@@ -22,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["PRODUCE_API_KEY", "MockCluster"]
+__all__ = ["METADATA_API_KEY", "PRODUCE_API_KEY", "MockCluster"]
 
 PRODUCE_API_KEY = 0
 METADATA_API_KEY = 3
@@ -79,6 +80,16 @@ class _Lib:
         lib.rd_kafka_mock_broker_set_down.restype = i
         lib.rd_kafka_mock_broker_set_up.argtypes = [vp, ctypes.c_int32]
         lib.rd_kafka_mock_broker_set_up.restype = i
+        lib.rd_kafka_mock_broker_set_rtt.argtypes = [vp, ctypes.c_int32, i]
+        lib.rd_kafka_mock_broker_set_rtt.restype = i
+        lib.rd_kafka_mock_start_request_tracking.argtypes = [vp]
+        lib.rd_kafka_mock_get_requests.argtypes = [vp, ctypes.POINTER(sz)]
+        lib.rd_kafka_mock_get_requests.restype = ctypes.POINTER(vp)
+        lib.rd_kafka_mock_request_id.argtypes = [vp]
+        lib.rd_kafka_mock_request_id.restype = ctypes.c_int32
+        lib.rd_kafka_mock_request_api_key.argtypes = [vp]
+        lib.rd_kafka_mock_request_api_key.restype = ctypes.c_int16
+        lib.rd_kafka_mock_request_destroy_array.argtypes = [ctypes.POINTER(vp), sz]
         self.lib = lib
 
 
@@ -197,6 +208,35 @@ class MockCluster:
 
     def broker_up(self, broker_id: int) -> None:
         self._lib.rd_kafka_mock_broker_set_up(self._mc, broker_id)
+
+    def delay_broker(self, broker_id: int, rtt_ms: int) -> None:
+        """Every answer of ``broker_id`` comes ``rtt_ms`` late (0: on time again). A long delay
+        is a hung broker: its connections stay open and nothing is answered, as with a
+        SIGSTOPped one (librdkafka's client only notices when a request times out)."""
+        err = self._lib.rd_kafka_mock_broker_set_rtt(self._mc, broker_id, rtt_ms)
+        if err:
+            raise RuntimeError(f"mock broker_set_rtt failed with error {err}")
+
+    def track_requests(self) -> None:
+        """Record every request the brokers receive from now on (see :meth:`requests`)."""
+        self._lib.rd_kafka_mock_start_request_tracking(self._mc)
+
+    def requests(self) -> list[tuple[int, int]]:
+        """(broker id, ApiKey) of each request received since :meth:`track_requests`."""
+        cnt = ctypes.c_size_t(0)
+        array = self._lib.rd_kafka_mock_get_requests(self._mc, ctypes.byref(cnt))
+        try:
+            lib = self._lib
+            return [
+                (
+                    int(lib.rd_kafka_mock_request_id(array[n])),
+                    int(lib.rd_kafka_mock_request_api_key(array[n])),
+                )
+                for n in range(cnt.value)
+            ]
+        finally:
+            if array:
+                self._lib.rd_kafka_mock_request_destroy_array(array, cnt)
 
     def close(self) -> None:
         if self._closed:

@@ -24,8 +24,9 @@ from failover_partitioner import (
     UndeliveredMessage,
 )
 from failover_partitioner._murmur2 import partition_for_key
-from failover_partitioner.testing import MockCluster
+from failover_partitioner.testing import METADATA_API_KEY, MockCluster
 from tests.integration.mock_support import consume_topic, mock_producer, mock_with_topic
+from tests.integration.reliability_support import wait_for
 
 TOPIC = "orders"
 PARTITIONS = 6
@@ -538,4 +539,33 @@ def test_whole_until_another_client_reports_a_failure_then_not_until_it_is_relea
             p.poll(0.1)
         assert p.whole(TOPIC), "released after its back-off once the metadata shows it usable"
     finally:
+        p.close()
+
+
+def test_a_leader_move_is_seen_while_the_broker_asked_for_metadata_hangs(
+    mock: MockCluster,
+) -> None:
+    # librdkafka sends a metadata request to the broker it sent to last ("least idle"): one
+    # that a hung broker holds keeps it the last, so every later fetch went there too until
+    # the request expired after socket.timeout.ms (librdkafka's default: 60 s) and the view
+    # stayed as old. Seen on real Kafka as degraded partitions never marked (SIGSTOP).
+    mock.track_requests()
+    p = producer(mock, ready=TOPIC, metadata_refresh_s=0.2, metadata_fast_refresh_s=0.2)
+    try:
+        time.sleep(1.0)  # a few fetches: the refresher settles on one broker
+        asked = [b for b, api in mock.requests() if api == METADATA_API_KEY][-1]
+        mock.delay_broker(asked, 120_000)  # hangs, connections open
+        # A partition it led moves away (as Kafka moves leaders off a fenced broker).
+        moved = next(n for n in range(PARTITIONS) if leaders(p)[n] == asked)
+        new_leader = asked % mock.brokers + 1
+        mock.set_leader(TOPIC, moved, new_leader)
+        wait_for(
+            lambda: leaders(p)[moved] == new_leader,
+            30,
+            f"the producer to see partition {moved} led by broker {new_leader} (broker {asked}, "
+            "which it asked for metadata, hangs)",
+            lambda: (p.metadata_age_s(TOPIC), leaders(p)),
+        )
+    finally:
+        mock.delay_broker(asked, 0)
         p.close()
