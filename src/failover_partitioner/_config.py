@@ -47,6 +47,14 @@ CLIENT_DEFAULTS: Mapping[str, Any] = {
     "retries": 0,
     "message.timeout.ms": 10_000,
     "request.timeout.ms": 5_000,
+    # How long librdkafka waits for any answer before it drops the connection. The metadata
+    # refresher's list_topics goes to the broker this client sent to last (librdkafka's "least
+    # idle" choice), and a request a hung broker holds keeps it the last: every fetch then
+    # waits on it until the first request expires (60 s by default), and the health view stays
+    # that old. 10 s is the default message.timeout.ms, so a ProduceRequest's own limit (the
+    # lesser of the two) is unchanged; it is above request.timeout.ms, the broker's wait for
+    # acks, so a live broker's answer comes first.
+    "socket.timeout.ms": 10_000,
     # The Java client's key placement (murmur2), which the producer's keyed choice follows:
     # with it, librdkafka can place a key itself while the topic is whole (choose.py).
     "partitioner": "murmur2_random",
@@ -56,6 +64,7 @@ _ALIASES: Mapping[str, tuple[str, ...]] = {
     "retries": ("retries", "message.send.max.retries"),
     "message.timeout.ms": ("message.timeout.ms", "delivery.timeout.ms"),
     "request.timeout.ms": ("request.timeout.ms",),
+    "socket.timeout.ms": ("socket.timeout.ms",),
     "partitioner": ("partitioner",),
 }
 
@@ -149,6 +158,16 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
                 f"{name}={value!r} lets a failed or stuck message wait {shown} before it is "
                 f"rerouted (more than {REROUTE_WARNING_S:g} s); leave it unset to use "
                 f"{CLIENT_DEFAULTS[canonical]} ms"
+            )
+    socket_timeout = _user_value(conf, "socket.timeout.ms")
+    if socket_timeout is not None:
+        name, value = socket_timeout
+        if _as_number(name, value) > REROUTE_WARNING_S * 1000:
+            warnings.append(
+                f"{name}={value!r} lets a hung broker hold the producer's metadata requests that "
+                f"long, and its view of the partitions stays as old meanwhile (more than "
+                f"{REROUTE_WARNING_S:g} s); leave it unset to use "
+                f"{CLIENT_DEFAULTS['socket.timeout.ms']} ms"
             )
     retries = _user_value(conf, "retries")
     if retries is not None:

@@ -56,6 +56,7 @@ def test_the_callers_dict_is_never_changed() -> None:
         ({"message.timeout.ms": 300000}, "message.timeout.ms=300000 lets a failed"),
         ({"delivery.timeout.ms": 0}, "no limit"),
         ({"request.timeout.ms": 60000}, "request.timeout.ms=60000"),
+        ({"socket.timeout.ms": 60000}, "socket.timeout.ms=60000 lets a hung broker"),
         ({"retries": 5, "message.timeout.ms": 120000}, "retries=5: librdkafka retries"),
     ],
 )

@@ -2,7 +2,10 @@
 
 ``list_topics`` is called on the producer's own handle (it shares its connections, and the
 answer also refreshes librdkafka's cache), from the refresher's thread only: calling it from
-inside a delivery callback re-enters the client (DESIGN.md section 4). min.insync.replicas is
+inside a delivery callback re-enters the client (DESIGN.md section 4). librdkafka sends it to
+the broker it sent to last, so a request a hung broker holds draws every later one there until
+it expires: the handle's ``socket.timeout.ms`` bounds that (``_config.CLIENT_DEFAULTS``).
+min.insync.replicas is
 not in metadata responses (KIP-637 was never implemented), so it comes from DescribeConfigs on
 the topic, which answers with the effective value and whether the topic or the broker set it.
 A user without DESCRIBE_CONFIGS on the topic gets the brokers' own value instead (DescribeConfigs
