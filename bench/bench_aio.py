@@ -3,8 +3,9 @@
 Issue 6 sets its speed targets for the confluent-kafka producer; the asyncio one is held to
 the same shape here:
 
-* AsyncFailoverProducer >= 0.8x a raw ``AIOKafkaProducer`` (its default partitioner), same
-  minibroker cluster and workload (100-byte keyless values, acks=all);
+* AsyncFailoverProducer >= 1.1x a raw ``AIOKafkaProducer`` with its default partitioner
+  (issue 20; issue 6 asked 0.8x), same minibroker cluster and workload (100-byte keyless
+  values, acks=all);
 * with two of five brokers stopped (some partitions under min ISR), >= 0.8x of its own
   fault-free throughput. The producer starts with a healthy view and learns of the fault from
   the brokers' answers during the run.
@@ -86,12 +87,12 @@ def run(quick: bool) -> list[Figure]:
 
     return [
         Figure(
-            issue=ISSUE,
+            issue=20,
             name="AsyncFailoverProducer msgs/s vs raw AIOKafkaProducer (minibroker)",
             value=statistics.median(ours),
             reference=statistics.median(raw),
             unit="msgs/s",
-            target=0.8,
+            target=1.1,
             note=(
                 f"{n} x 100 B keyless, acks=all, 3 brokers RF=3, {PARTITIONS} partitions; runs "
                 f"raw {[round(r) for r in raw]}, failover {[round(r) for r in ours]}"

@@ -314,37 +314,60 @@ class ProducerOptions:
     quarantine: QuarantinePolicy
 
 
-def producer_options(args: Mapping[str, Any], *, dead_letter_args: str) -> ProducerOptions:
-    """Check the failover options in ``args`` (a producer constructor's arguments by name).
-
-    Names in ``args`` that are not failover options are ignored, so a constructor can pass its
-    ``locals()``. ``dead_letter_args`` names the hook's arguments in the error (the producers
+def producer_options(
+    *,
+    strategy: Any,
+    key_policy: Any,
+    headroom: Any,
+    client_rack: Any,
+    sticky_messages: Any,
+    sticky_bytes: Any,
+    max_in_flight: Any,
+    produce_timeout_s: Any,
+    delivery_timeout_s: Any,
+    max_attempts: Any,
+    retry_backoff_s: Any,
+    retry_backoff_max_s: Any,
+    metadata_refresh_s: Any,
+    metadata_fast_refresh_s: Any,
+    min_isr_refresh_s: Any,
+    metadata_timeout_s: Any,
+    quarantine_backoff_s: Any,
+    quarantine_max_s: Any,
+    min_insync_replicas: Any,
+    message_id_header: Any,
+    dead_letter: Any,
+    metrics_port: Any,
+    dead_letter_args: str,
+) -> ProducerOptions:
+    """Check a producer constructor's failover options (both producers' have these names and
+    meanings). ``dead_letter_args`` names the hook's arguments in the error (the producers
     pass it different things: ``"message, err"`` or ``"message, exc"``).
     """
     choice = choice_options(
-        strategy=args["strategy"],
-        key_policy=args["key_policy"],
-        headroom=args["headroom"],
-        client_rack=args["client_rack"],
-        sticky_messages=args["sticky_messages"],
-        sticky_bytes=args["sticky_bytes"],
+        strategy=strategy,
+        key_policy=key_policy,
+        headroom=headroom,
+        client_rack=client_rack,
+        sticky_messages=sticky_messages,
+        sticky_bytes=sticky_bytes,
     )
-    limit = check_count("max_in_flight", args["max_in_flight"])
+    limit = check_count("max_in_flight", max_in_flight)
     assert limit is not None
     produce_timeout_s = check_positive_number(
-        "produce_timeout_s", args["produce_timeout_s"], allow_zero=True
+        "produce_timeout_s", produce_timeout_s, allow_zero=True
     )
-    delivery_timeout_s = args["delivery_timeout_s"]
+    delivery_timeout_s = delivery_timeout_s
     deadline = (
         None
         if delivery_timeout_s is None
         else check_positive_number("delivery_timeout_s", delivery_timeout_s)
     )
-    attempts = check_count("max_attempts", args["max_attempts"], optional=True)
+    attempts = check_count("max_attempts", max_attempts, optional=True)
     # > 0: a message that must wait (nothing usable) is looked at again after a pause,
     # not in a busy loop.
-    retry_backoff_s = args["retry_backoff_s"]
-    retry_backoff_max_s = args["retry_backoff_max_s"]
+    retry_backoff_s = retry_backoff_s
+    retry_backoff_max_s = retry_backoff_max_s
     backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
     backoff_max = check_positive_number("retry_backoff_max_s", retry_backoff_max_s, allow_zero=True)
     if backoff_max < backoff:
@@ -352,31 +375,29 @@ def producer_options(args: Mapping[str, Any], *, dead_letter_args: str) -> Produ
             f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
             f"({retry_backoff_s!r})"
         )
-    metadata_timeout_s = check_positive_number("metadata_timeout_s", args["metadata_timeout_s"])
-    refresh_s = check_positive_number("metadata_refresh_s", args["metadata_refresh_s"])
-    fast_refresh_s = check_positive_number(
-        "metadata_fast_refresh_s", args["metadata_fast_refresh_s"]
-    )
-    min_isr_refresh_s = check_positive_number("min_isr_refresh_s", args["min_isr_refresh_s"])
-    min_isr = min_isr_option(args["min_insync_replicas"])
+    metadata_timeout_s = check_positive_number("metadata_timeout_s", metadata_timeout_s)
+    refresh_s = check_positive_number("metadata_refresh_s", metadata_refresh_s)
+    fast_refresh_s = check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s)
+    min_isr_refresh_s = check_positive_number("min_isr_refresh_s", min_isr_refresh_s)
+    min_isr = min_isr_option(min_insync_replicas)
     try:
         quarantine = QuarantinePolicy(
-            initial_s=check_positive_number("quarantine_backoff_s", args["quarantine_backoff_s"]),
-            max_s=check_positive_number("quarantine_max_s", args["quarantine_max_s"]),
+            initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
+            max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    message_id_header = args["message_id_header"]
+    message_id_header = message_id_header
     if message_id_header is not None and (
         not isinstance(message_id_header, str) or not message_id_header
     ):
         raise ConfigError(
             f"message_id_header must be a non-empty header name or None, got {message_id_header!r}"
         )
-    dead_letter = args["dead_letter"]
+    dead_letter = dead_letter
     if dead_letter is not None and not callable(dead_letter):
         raise ConfigError(f"dead_letter must be callable({dead_letter_args}), got {dead_letter!r}")
-    metrics_port = args["metrics_port"]
+    metrics_port = metrics_port
     if metrics_port is not None and (
         isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
     ):

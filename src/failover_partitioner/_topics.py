@@ -7,6 +7,7 @@ chooser then serves the new view (its swap is a single assignment, safe for read
 
 from __future__ import annotations
 
+import re
 import threading
 
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
@@ -18,7 +19,27 @@ from failover_partitioner.health import (
 )
 from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
 
-__all__ = ["TopicState"]
+__all__ = ["TopicState", "check_topic", "legal_topic_name"]
+
+# Kafka's rule for topic names (org.apache.kafka.common.internals.Topic.validate).
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def legal_topic_name(name: str) -> bool:
+    """True for a legal Kafka topic name: 1 to 249 of a-z A-Z 0-9 . _ -, and not . or .."""
+    return name not in (".", "..") and _TOPIC_NAME.fullmatch(name) is not None
+
+
+def check_topic(topic: object) -> None:
+    """Refuse a topic that is not a legal Kafka topic name (a client would wait on it for ever,
+    asking the cluster for metadata it never has). Both producers check a topic new to them."""
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, got {topic!r} ({type(topic).__name__})")
+    if not legal_topic_name(topic):
+        raise ValueError(
+            f"topic {topic!r} is not a legal Kafka topic name: use 1 to 249 of the "
+            f"characters a-z A-Z 0-9 . _ -, and not '.' or '..'"
+        )
 
 
 class TopicState:

@@ -32,7 +32,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any, Final
+from typing import Any
 
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     KafkaConnectionError,
@@ -60,6 +60,7 @@ from failover_partitioner._config import (
     producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner._topics import check_topic
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.errors import (
     AuthenticationFailed,
@@ -68,6 +69,7 @@ from failover_partitioner.errors import (
     NoUsablePartition,
     ProducerClosed,
     ProduceTimeout,
+    try_alone,
 )
 from failover_partitioner.health import (
     PartitionHealth,
@@ -89,10 +91,6 @@ AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
 
 HeadersIn = Mapping[str, bytes | str | None] | list[tuple[str, bytes | str | None]] | None
 _Headers = list[tuple[str, bytes | None]]
-
-# Errors a broker gives a whole batch because of one record in it: such a batch is split and
-# its messages tried alone, so that only the offending one fails.
-_PER_RECORD_CODES: Final = frozenset({2, 10, 18, 87})
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
 _names = itertools.count(1)
@@ -294,8 +292,31 @@ class AsyncFailoverProducer:
         settings = aio_client_settings(client_kwargs)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        # locals() holds the arguments by name (and the client's, which it ignores).
-        opts = producer_options(locals(), dead_letter_args="message, exc")
+        opts = producer_options(
+            strategy=strategy,
+            key_policy=key_policy,
+            headroom=headroom,
+            client_rack=client_rack,
+            sticky_messages=sticky_messages,
+            sticky_bytes=sticky_bytes,
+            max_in_flight=max_in_flight,
+            produce_timeout_s=produce_timeout_s,
+            delivery_timeout_s=delivery_timeout_s,
+            max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            metadata_refresh_s=metadata_refresh_s,
+            metadata_fast_refresh_s=metadata_fast_refresh_s,
+            min_isr_refresh_s=min_isr_refresh_s,
+            metadata_timeout_s=metadata_timeout_s,
+            quarantine_backoff_s=quarantine_backoff_s,
+            quarantine_max_s=quarantine_max_s,
+            min_insync_replicas=min_insync_replicas,
+            message_id_header=message_id_header,
+            dead_letter=dead_letter,
+            metrics_port=metrics_port,
+            dead_letter_args="message, exc",
+        )
         self._options = opts.choice
         self._produce_timeout_s = opts.produce_timeout_s
         self._metadata_timeout_s = opts.metadata_timeout_s
@@ -461,8 +482,8 @@ class AsyncFailoverProducer:
         self, topic: str, value: object, key: object, headers: object, timestamp_ms: int | None
     ) -> _Message:
         """Validate and serialise a message; raises before anything is accepted."""
-        if not isinstance(topic, str) or not topic:
-            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        if topic not in self._topics:
+            check_topic(topic)  # a known topic was checked when first seen
         settings = self._settings
         if settings.key_serializer is not None:
             key = settings.key_serializer(key)
@@ -670,7 +691,8 @@ class AsyncFailoverProducer:
         if ec.refresh_metadata:
             # The inner client does not refresh its own routing for an error it does not retry.
             self._inner.client.force_metadata_update()
-        split = ec.final and ec.code in _PER_RECORD_CODES and len(batch.messages) > 1
+        # A batch refused for one record's sake is split: its messages are tried alone.
+        split = try_alone(ec, batch_size=len(batch.messages), alone=False)
         failed = self._buffer.failed
         queued = False
         for m in batch.messages:

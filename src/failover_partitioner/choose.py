@@ -316,6 +316,25 @@ class PartitionChooser:
         else:
             self.next_keyless = plan.cycle.__next__
 
+    def whole_rotation(self, client_places: bool = True) -> Iterator[int] | Literal[False] | None:
+        """The keyless choice for a producer's healthy path, which does not call the chooser:
+        while every partition of the topic is usable, None where the client's own partitioner
+        may place keyless messages, else the plan's rotation (``next()`` of it is the next
+        choice). False while the topic is not whole, or when a choice needs the message's size.
+        A new view makes a new rotation: the producer asks again after each.
+
+        The client may place them (``client_places``: its sticky partitioner is on) unless
+        ``headroom`` or ``client_rack`` prefer some partitions: librdkafka's partitioner spreads
+        keyless messages over every partition (KIP-480 sticky batches), which is what either
+        strategy does while nothing is out of use, and placing them in C keeps its batches as
+        large as a raw producer's."""
+        options = self._options
+        if not self._view.whole or options.counts_bytes:
+            return False
+        if client_places and not options.headroom and options.client_rack is None:
+            return None
+        return self._plan.cycle
+
     def replace_view(self, view: TopicView) -> None:
         """Swap in ``view`` when it differs from the current one only in its fetch time."""
         self._view = view

@@ -31,6 +31,7 @@ __all__ = [
     "ProduceTimeout",
     "ProducerClosed",
     "classify",
+    "try_alone",
 ]
 
 
@@ -111,6 +112,8 @@ class ErrorClass:
     ``possibly_persisted``: the failed attempt may have been written, so another attempt may
     leave a duplicate. ``quarantine``: the partition should be avoided at once, before the
     metadata says anything. ``refresh_metadata``: ask the cluster again soon.
+    ``per_record``: a broker answers a whole batch so for one record in it (or the batch's
+    total size), so the batch's other records may be fine alone (see :func:`try_alone`).
     """
 
     code: int
@@ -119,6 +122,7 @@ class ErrorClass:
     possibly_persisted: bool
     quarantine: bool
     refresh_metadata: bool
+    per_record: bool = False
 
     @property
     def final(self) -> bool:
@@ -141,6 +145,18 @@ def _c(
 
 def _final(code: int, name: str) -> ErrorClass:
     return _c(code, name, retriable=False, persisted=False, quarantine=False, refresh=False)
+
+
+def _per_record(code: int, name: str) -> ErrorClass:
+    return ErrorClass(
+        code=code,
+        name=name,
+        retriable=False,
+        possibly_persisted=False,
+        quarantine=False,
+        refresh_metadata=False,
+        per_record=True,
+    )
 
 
 _TABLE: dict[int, ErrorClass] = {
@@ -254,11 +270,13 @@ _TABLE: dict[int, ErrorClass] = {
         _c(
             -151, "_PURGE_INFLIGHT", retriable=True, persisted=True, quarantine=False, refresh=False
         ),
+        # Given to a whole batch for one record's sake or the batch's size: each record is
+        # tried alone once (try_alone), and ends with the error only if refused alone too.
+        _per_record(10, "MSG_SIZE_TOO_LARGE"),
+        _per_record(18, "RECORD_LIST_TOO_LARGE"),
+        _per_record(87, "INVALID_RECORD"),
+        _per_record(2, "CORRUPT_MESSAGE"),
         # Retrying cannot fix these: end the message now, never loop.
-        _final(10, "MSG_SIZE_TOO_LARGE"),
-        _final(18, "RECORD_LIST_TOO_LARGE"),
-        _final(87, "INVALID_RECORD"),
-        _final(2, "CORRUPT_MESSAGE"),
         _final(4, "INVALID_FETCH_SIZE"),
         _final(17, "INVALID_TOPIC_EXCEPTION"),
         _final(21, "INVALID_REQUIRED_ACKS"),
@@ -302,6 +320,17 @@ def classify(code: int, name: str | None = None) -> ErrorClass:
         quarantine=True,
         refresh=True,
     )
+
+
+def try_alone(ec: ErrorClass, *, batch_size: int | None, alone: bool) -> bool:
+    """Whether a record whose batch was refused with ``ec`` is tried again alone, the rule both
+    producers follow: only for a per-record error, only once, and not when the batch held that
+    record only. ``batch_size``: the refused batch's size, None when the client does not say
+    (librdkafka's reports do not: the record is then tried alone once); ``alone``: the record
+    was sent alone already."""
+    if not ec.per_record or alone:
+        return False
+    return batch_size is None or batch_size > 1
 
 
 def error_code(err: Any) -> int:

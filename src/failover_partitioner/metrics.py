@@ -29,6 +29,7 @@ Names (counters get prometheus' ``_total`` suffix):
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -150,6 +151,23 @@ _collectors: weakref.WeakKeyDictionary[Any, _RegistryCollector] = weakref.WeakKe
 _collectors_lock = threading.Lock()
 
 
+def _held_weakly(source: Callable[[], MetricsSnapshot]) -> Callable[[], MetricsSnapshot]:
+    """A producer's bound method, held weakly: the collector lives as long as its registry,
+    and must not keep an unclosed producer alive (it would never be collected and warned of).
+    A scrape skips a producer that is gone (the call raises)."""
+    if not inspect.ismethod(source):
+        return source
+    ref: weakref.WeakMethod[Callable[[], MetricsSnapshot]] = weakref.WeakMethod(source)
+
+    def snapshot() -> MetricsSnapshot:
+        bound = ref()
+        if bound is None:
+            raise ReferenceError("the producer was collected")
+        return bound()
+
+    return snapshot
+
+
 class ProducerMetrics:
     """One producer's registration with a registry, and its optional HTTP exporter."""
 
@@ -170,7 +188,7 @@ class ProducerMetrics:
                 collector = _RegistryCollector()
                 self.registry.register(collector)
                 _collectors[self.registry] = collector
-        collector.add(name, source)
+        collector.add(name, _held_weakly(source))
         self._collector = collector
         self._server: Any = None
         self.http_port: int | None = None

@@ -2,19 +2,32 @@
 
 Theory of operation (DESIGN.md sections 1, 3 and 4):
 
-* **Inflow.** ``produce`` counts a message in and its final outcome (delivered, failed
-  finally, handed back by ``close``) counts it out; while ``max_in_flight`` messages are in,
-  ``produce`` waits (serving callbacks), then raises :class:`ProduceTimeout`. The two counts are
-  ``itertools.count`` objects, whose ``next()`` is atomic, so producing and polling threads
-  need no lock on the hot path. The hot path's check reads a lower bound of the out count
-  (deliveries do not store theirs); when it fails, the exact counts decide.
-* **First attempts** go straight to the client with an explicit ``partition=`` chosen from the
+* **Inflow.** In flight is what the clients hold (``len(producer)``: queued, in flight, or
+  with a report not yet served) plus the failed buffer: the :class:`retry_buffer.RetryBuffer`
+  counts it so (``held=``) and keeps the bound, ``max_in_flight``; its hypothesis model covers
+  this form (tests/unit/test_retry_buffer_held.py). The client's queue is bounded at the same
+  limit (``queue.buffering.max.messages``, or the user's if lower). Paths other than the
+  healthy one ask the buffer for room first; at the limit ``produce`` waits (serving
+  callbacks), then raises :class:`ProduceTimeout`. Deliveries are counted (an
+  ``itertools.count``, atomic) for the statistics only.
+* **The healthy path.** While every partition of a topic is usable and nothing waits in the
+  failed buffer, a message without headers or timestamp goes straight to the client: no
+  partition (librdkafka places it: murmur2 for keys, ``murmur2_random``, the Java client's
+  rule the keyed choice follows; its sticky partitioner for keyless ones, unless ``headroom``
+  or ``client_rack`` want the rotation), no check of its own (the client's bounded queue
+  refuses at the limit: the message then waits for room as a raw producer's caller would), no
+  record without a callback (the client's one config-level callback, ``_report_for``, counts
+  a delivery and rebuilds a failed message from the report), and with one a record holding
+  only the message and the callback. The first failure, quarantine, metadata change or message
+  that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts whole
+  topics back once nothing waits (``_reopen_whole``).
+* **Other first attempts** go to the client with an explicit ``partition=`` chosen from the
   topic's current :class:`~failover_partitioner.health.TopicView` (confluent-kafka cannot take
   a Python partitioner), except where librdkafka's own partitioner follows the same rule while
   every partition is usable (keys with ``murmur2_random``; keyless ``sticky``): then the
   chooser answers ``CLIENT_PARTITIONER`` and the client places it (see
   :mod:`failover_partitioner.choose`). A message without a callback or headers needs no record
-  of its own: the producer's one delivery callback counts it out, and if it failed, rebuilds
+  of its own: the producer's one delivery callback counts it, and if it failed, rebuilds
   it from the client's report (topic, key, value, timestamp are all there). Other messages
   carry a record (a :class:`DeliveryReport` subclass whose ``__call__`` is the callback, so no
   closure is made per message). Headers given as a list of pairs (confluent-kafka's own form)
@@ -36,7 +49,7 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
 * **Failures** are classified (:func:`~failover_partitioner.errors.classify`); the partition
   is quarantined at once when the error says so, and the message enters the
   :class:`retry_buffer.RetryBuffer`, the failed buffer with its retry policy. It can never
-  overflow: its capacity is the in-flight limit, and every message in it is counted in flight.
+  overflow: every message in it is counted in flight.
   The callback never calls ``poll``, ``flush`` or ``list_topics``: inside a delivery callback
   that re-enters librdkafka.
 * **Retries** are produced again, as new messages with a new partition choice, from the
@@ -52,11 +65,12 @@ import itertools
 import logging
 import operator
 import os
-import re
 import threading
 import time
+import types
 import warnings
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -79,6 +93,7 @@ from failover_partitioner._message import (
     UndeliveredMessage,
 )
 from failover_partitioner._topics import TopicState as _TopicState
+from failover_partitioner._topics import check_topic
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.errors import (
     REFUSED_RIGHTS,
@@ -92,6 +107,7 @@ from failover_partitioner.errors import (
     ProducerClosed,
     ProduceTimeout,
     classify,
+    try_alone,
 )
 from failover_partitioner.health import (
     TopicMetadata,
@@ -114,10 +130,6 @@ DeadLetterHook = Callable[[UndeliveredMessage, Any], None]
 
 _names = itertools.count(1)
 
-# Errors a broker gives a whole batch because of one record in it (or its total size): each
-# record is then tried alone (see the module doc). The same set as the asyncio producer's.
-_PER_RECORD_CODES = frozenset({2, 10, 18, 87})
-
 # Once a broker refused a topic for lack of rights, librdkafka marks the topic failed until its
 # next metadata and fails the messages it still holds for it as _UNKNOWN_PARTITION or
 # _UNKNOWN_TOPIC. Within this many seconds of a refusal those are the refusal, ended as one.
@@ -126,6 +138,9 @@ _LOCAL_UNKNOWN = frozenset({-190, -188})
 
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
+
+# produce()'s healthy path: what _whole gives for a topic that is not on it.
+_NOT_WHOLE: Any = object()
 
 # produce_batch: the keys a message dict may have, and the keys of one the client takes as is.
 _BATCH_KEYS = frozenset({"value", "key", "headers", "timestamp"})
@@ -147,9 +162,50 @@ def _value_only(chunk: list[Any]) -> bool:
     return True
 
 
-# Racing producer threads may each pass the in-flight check before either counts in, so the
-# failed buffer gets this much room beyond the limit (it can then never refuse a failure).
-_THREAD_SLACK = 1024
+# librdkafka's largest queue.buffering.max.messages.
+_QUEUE_MAX = 2_147_483_647
+
+
+def _queue_bound(given: object, limit: int) -> object:
+    """The client's queue bound: the user's, or the in-flight limit where that is lower."""
+    try:
+        return min(int(float(str(given))), limit)
+    except ValueError:
+        return given  # the client refuses it, naming the setting
+
+
+def _report_for(
+    count: Callable[[], int], failed: Callable[[None, Any, Any], None]
+) -> Callable[[Any, Any], None]:
+    """The delivery callback of messages produced without a record: a delivery is counted, a
+    failure rebuilt from the report (``failed``). A closure, called once per message: its
+    cells are cheaper to read than a bound method's attributes."""
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            count()
+        else:
+            failed(None, err, msg)
+
+    return report
+
+
+# The callbacks the healthy path takes without a look further (callable, not a DeliveryGroup).
+_PLAIN_CALLBACKS = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType})
+
+
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method``, held weakly (a call does nothing once its producer is gone): a thread or a
+    client holding the result does not keep the producer alive, so an unclosed one is
+    collected, and warned of."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
 
 
 def _count_value(counter: itertools.count[int]) -> int:
@@ -162,6 +218,11 @@ def _count_value(counter: itertools.count[int]) -> int:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProducerStatistics:
     """A snapshot of a producer's counters (``in_flight`` includes ``failed_buffer_depth``).
+
+    ``in_flight`` is read from what the clients hold, ``len(client)``, which also counts
+    reports waiting for the next poll: while messages are out it (and ``produced``, derived
+    from it) may be over by a few; after ``flush`` both are exact. The bound itself is kept on
+    messages (never more than ``max_in_flight`` accepted and not ended).
 
     ``possible_duplicates`` counts messages with at least one ambiguous failed attempt (one
     that may have been written); ``ambiguous_failures`` counts those attempts, the most extra
@@ -207,6 +268,35 @@ class _Record(DeliveryReport):
                 cb(None, self)
         else:
             self._failure(self, err, msg)
+
+
+class _Fresh(DeliveryReport):
+    """The record of a message sent on the healthy path with a callback: the message and the
+    callback only (``_m``, ``_cb``); a delivery's partition, offset and time come from the
+    client's report. A failure turns it into a full record that takes the usual path."""
+
+    __slots__ = ()
+
+    # Set per producer on a subclass, as _Record's are.
+    _c_out: ClassVar[Any]
+    _failed: ClassVar[Any]
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            next(self._c_out)
+            self._msg = msg
+            self._cb(None, self)
+        else:
+            self._failed(self, err, msg)
+
+    def attempts(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return (
+            f"DeliveryReport(topic={self._m[0]!r}, partition={self.partition()}, "
+            f"offset={self.offset()}, attempts=1, error=None)"
+        )
 
 
 class _GroupReport:
@@ -282,20 +372,6 @@ def _refusal_text(exc: confluent_kafka.KafkaException) -> str:
     return error.str() if isinstance(error, KafkaError) else str(exc)
 
 
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
-
-def _check_topic(topic: object) -> None:
-    """Refuse a topic that is not a legal Kafka topic name (the client would wait forever)."""
-    if not isinstance(topic, str):
-        raise TypeError(f"topic must be a str, got {topic!r} ({type(topic).__name__})")
-    if topic in (".", "..") or _TOPIC_NAME.fullmatch(topic) is None:
-        raise ValueError(
-            f"topic {topic!r} is not a legal Kafka topic name: use 1 to 249 of the "
-            f"characters a-z A-Z 0-9 . _ -, and not '.' or '..'"
-        )
-
-
 def _check_header_items(headers: Headers, topic: str, refusal: TypeError) -> None:
     """Raise a clear error naming the pair the client refused (``refusal``), if one is bad."""
     _normalise_headers(headers, topic)
@@ -349,8 +425,31 @@ class FailoverProducer:
         settings = client_settings(conf)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        # locals() holds the arguments by name (and the settings, which it ignores).
-        opts = producer_options(locals(), dead_letter_args="message, err")
+        opts = producer_options(
+            strategy=strategy,
+            key_policy=key_policy,
+            headroom=headroom,
+            client_rack=client_rack,
+            sticky_messages=sticky_messages,
+            sticky_bytes=sticky_bytes,
+            max_in_flight=max_in_flight,
+            produce_timeout_s=produce_timeout_s,
+            delivery_timeout_s=delivery_timeout_s,
+            max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            metadata_refresh_s=metadata_refresh_s,
+            metadata_fast_refresh_s=metadata_fast_refresh_s,
+            min_isr_refresh_s=min_isr_refresh_s,
+            metadata_timeout_s=metadata_timeout_s,
+            quarantine_backoff_s=quarantine_backoff_s,
+            quarantine_max_s=quarantine_max_s,
+            min_insync_replicas=min_insync_replicas,
+            message_id_header=message_id_header,
+            dead_letter=dead_letter,
+            metrics_port=metrics_port,
+            dead_letter_args="message, err",
+        )
         options = opts.choice
         limit = opts.max_in_flight
         self._produce_timeout_s = opts.produce_timeout_s
@@ -367,24 +466,21 @@ class FailoverProducer:
         self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
         self._limit = limit
 
-        # In and out counts of the inflow gate (see the module doc), and for the hot path's
-        # check the latest number counted in and a number counted out no higher than the
-        # latest: deliveries do not store theirs, the check refreshes it when it fails.
-        self._c_in = itertools.count(1)
+        # Deliveries, counted as their reports come (itertools.count: next() is atomic, so
+        # the threads serving reports need no lock); what is in flight is the retry buffer's
+        # to count (see the module doc).
         self._c_out = itertools.count(1)
-        self._n_in = 0
-        self._n_out = 0
         self._rerouted = 0
         self._quarantines = 0
         self._final_failures = 0
         self._returned = 0
-        self._refused = 0
         self._ambiguous = 0
 
         self._buffer: RetryBuffer[_Record] = RetryBuffer(
-            max_in_flight=limit + _THREAD_SLACK,
+            max_in_flight=limit,
             policy=opts.retry_policy,
             on_final_failure=self._on_final_failure,
+            held=self._client_len,
         )
         self._record_cls: type[_Record] = type(
             "_Record",
@@ -396,16 +492,34 @@ class FailoverProducer:
                 "_failure": self._on_failure,
             },
         )
+        self._fresh_cls: type[_Fresh] = type(
+            "_Fresh",
+            (_Fresh,),
+            {"__slots__": (), "_c_out": self._c_out, "_failed": self._fresh_failed},
+        )
         client_conf = dict(settings.client_conf)
+        # The healthy path sends without a check of its own: the client's queue bound is the
+        # in-flight limit (or the user's, if lower), so a full queue is the limit reached.
+        queued = client_conf.get("queue.buffering.max.messages")
+        bound = min(limit, _QUEUE_MAX) if queued is None else _queue_bound(queued, limit)
+        client_conf["queue.buffering.max.messages"] = bound
+        # len(client) also counts events waiting for poll (errors, statistics), not only
+        # messages: capped at the queue's bound, it is never more than the messages it can hold.
+        self._queue_cap = bound if isinstance(bound, int) else limit
         # librdkafka tells of a refused login only through error_cb (served by poll): kept, so
         # that "no metadata" can say why; the user's own error_cb still gets every error.
         self._auth_error: str | None = None
         # topic -> (when, the error) of the last refusal for lack of rights (see _on_failure).
         self._refusals: dict[str, tuple[float, Any]] = {}
         self._user_error_cb = client_conf.get("error_cb")
-        client_conf["error_cb"] = self._on_client_error
+        client_conf["error_cb"] = _weakly(self._on_client_error)
         try:
-            self._client = confluent_kafka.Producer(client_conf)
+            # The report of a message sent without a callback (see _report).
+            # Weakly: the metadata thread holds the client, the client this callback.
+            self._report_cb = _report_for(
+                self._c_out.__next__, _weakly(self._failed_without_record)
+            )
+            self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report_cb})
             self._client_conf = client_conf
             # The client for records sent alone (see the module doc), made on first need.
             self._solo_client: Any = None
@@ -416,7 +530,6 @@ class FailoverProducer:
         # produce_batch hands the client at most this many at once, and never more than the
         # in-flight limit (a chunk must fit under it).
         self._batch_step = min(10_000, limit)
-        self._report_cb = self._report  # bound once: a bound method per message costs
         # A message needs a record when someone must hear of it: a callback (its own or the
         # default), or headers to keep for a retry (delivery reports do not carry them).
         self._plain = self._default_cb is None and message_id_header is None
@@ -428,6 +541,15 @@ class FailoverProducer:
         # produce()'s shortest path (filled only when every such message can).
         self._bare: dict[str, PartitionChooser] = {}
         self._bare_ok = self._simple and not self._count_bytes
+        # The healthy path's topics (whole, nothing waiting): the keyless rotation of each, or
+        # None where the client places keyless messages itself.
+        # Emptied under _whole_lock whenever something starts waiting or a view changes;
+        # filled again by _service once nothing waits (_reopen_whole).
+        self._whole: dict[str, Iterator[int] | None] = {}
+        # Those of them whose every message the client places (keys too), when there is no
+        # default callback: a message without a callback needs no more than the lookup.
+        self._placed: set[str] = set()
+        self._whole_lock = threading.Lock()
         # sticky.partitioning.linger.ms=0 turns librdkafka's sticky partitioner off.
         linger = str(conf.get("sticky.partitioning.linger.ms", "")).strip()
         self._client_sticky = linger not in ("0", "0.0")
@@ -437,6 +559,7 @@ class FailoverProducer:
         self._watched: set[str] = set()
         self._local = threading.local()
         self._closed = False
+        self._unsure = 0  # what the clients still held, unreported, at close()
         self._undelivered: list[UndeliveredMessage] | None = None
         # Something waits (failed messages, quarantines to release): the next produce or poll
         # looks at the clock and services it. A plain flag keeps the idle produce path cheap.
@@ -448,7 +571,7 @@ class FailoverProducer:
         )
         self._meta = MetadataRefresher(
             self._source,
-            self._on_metadata,
+            _weakly(self._on_metadata),
             min_insync_replicas=opts.min_insync_replicas,
             refresh_s=opts.refresh_s,
             fast_refresh_s=opts.fast_refresh_s,
@@ -468,6 +591,7 @@ class FailoverProducer:
             self._client.close()
             raise
         self._meta.start()
+        self._opened = True  # from here on, __del__ warns unless close() was called
 
     # -- producing --------------------------------------------------------------------------
 
@@ -490,8 +614,54 @@ class FailoverProducer:
         Waits up to ``produce_timeout_s`` while ``max_in_flight`` messages are in flight, then
         raises :class:`ProduceTimeout` carrying the message (not accepted).
         """
-        # The common case runs inline: every Python frame and allocation on this path is a
+        # The healthy path (see the module doc): the topic is whole and nothing waits, so the
+        # message goes to the client as a raw producer's would, placed by the topic's rotation
+        # (keyless) or by librdkafka's murmur2 (keys). Every frame and allocation here is a
         # measurable share of a message's time next to librdkafka's own produce().
+        if topic in self._placed and headers is None and timestamp is None and partition is None:
+            # The commonest cases, kept shortest: the client places the message.
+            if on_delivery is None:
+                try:
+                    self._produce_raw(topic, value, key)
+                except BaseException as exc:
+                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None)
+                return
+            if type(on_delivery) in _PLAIN_CALLBACKS:
+                fresh = self._fresh_cls()
+                fresh._cb = on_delivery
+                fresh._m = (topic, value, key, None, None)
+                try:
+                    self._produce_raw(topic, value, key, _ANY_PARTITION, fresh)
+                except BaseException as exc:
+                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, fresh)
+                return
+        rotation = self._whole.get(topic, _NOT_WHOLE)
+        if (
+            rotation is not _NOT_WHOLE
+            and headers is None
+            and timestamp is None
+            and partition is None  # a preference is checked against the view, below
+            and (key is None or self._client_keyed)
+        ):
+            p = _ANY_PARTITION if rotation is None or key is not None else next(rotation)
+            if on_delivery is None:
+                on_delivery = self._default_cb
+                if on_delivery is None:
+                    try:
+                        self._produce_raw(topic, value, key, p)
+                    except BaseException as exc:
+                        self._forward_raised(exc, topic, value, key, p, None)
+                    return
+            if callable(on_delivery) and not isinstance(on_delivery, DeliveryGroup):
+                fresh = self._fresh_cls()
+                fresh._cb = on_delivery
+                fresh._m = (topic, value, key, None, None)
+                try:
+                    self._produce_raw(topic, value, key, p, fresh)
+                except BaseException as exc:
+                    self._forward_raised(exc, topic, value, key, p, fresh)
+                return
+        # Otherwise the common cases still run inline, for the same reason.
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
         if key is None and headers is None and timestamp is None and partition is None:
@@ -506,17 +676,12 @@ class FailoverProducer:
                     raise TypeError(
                         f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}"
                     )
-                # Count in first: next() is atomic, so the check sees this message too.
-                n = next(self._c_in)
-                self._n_in = n
-                if n - self._n_out > self._limit:
-                    self._wait_counted(topic, value)
+                if not self._buffer.has_room():
+                    self._wait_for_room(topic, value, None, None, None)
                 p = chooser.next_keyless()
                 if p < 0:
                     if p != CLIENT_PARTITIONER:  # nothing usable: the message waits
-                        self._produce_with_record(
-                            topic, value, None, None, on_delivery, None, counted=True
-                        )
+                        self._produce_with_record(topic, value, None, None, on_delivery, None)
                         return
                     p = _ANY_PARTITION
                 if on_delivery is None:
@@ -525,12 +690,7 @@ class FailoverProducer:
                         self._produce_raw(topic, value, None, p, self._report_cb)
                     except (BufferError, confluent_kafka.KafkaException):
                         # Queue full, or refused: the record path waits or decides.
-                        self._produce_with_record(
-                            topic, value, None, None, None, None, counted=True
-                        )
-                    except BaseException:
-                        self._uncount()  # not accepted (e.g. a value of a wrong type)
-                        raise
+                        self._produce_with_record(topic, value, None, None, None, None)
                     return
                 rec = self._record_cls()
                 rec._cb = on_delivery
@@ -543,7 +703,7 @@ class FailoverProducer:
                 except BaseException as exc:
                     self._produce_raised(rec, exc, first=True)
                 return
-        if self._n_in - self._n_out >= self._limit:
+        if not self._buffer.has_room():
             self._wait_for_room(topic, value, key, headers, timestamp)
         if key is not None and type(key) is not bytes:
             _key_bytes(key)  # a bad key type raises here, before the message is accepted
@@ -551,7 +711,7 @@ class FailoverProducer:
             raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
         chooser = self._choosers.get(topic)
         if chooser is None:
-            _check_topic(topic)  # a known topic was checked when first seen
+            check_topic(topic)  # a known topic was checked when first seen
         # Headers already in confluent-kafka's list-of-pairs form (the mirror's) stay inline
         # too: the client checks each pair as it converts them, and a refusal is reported
         # with a clear message before the message is accepted (see _produce_raised).
@@ -571,7 +731,6 @@ class FailoverProducer:
                 if headers is None:
                     if on_delivery is None and self._plain:
                         # No callback, no headers: no record either (see _report).
-                        self._n_in = next(self._c_in)
                         try:
                             # A failure report has no timestamp: one given is kept for a retry.
                             report = (
@@ -583,11 +742,8 @@ class FailoverProducer:
                         except (BufferError, confluent_kafka.KafkaException):
                             # Queue full, or refused: the record path waits or decides.
                             self._produce_with_record(
-                                topic, value, key, headers, on_delivery, timestamp, counted=True
+                                topic, value, key, headers, on_delivery, timestamp
                             )
-                        except BaseException:
-                            self._uncount()  # not accepted
-                            raise
                         return
                     kept = None
                 else:
@@ -610,7 +766,6 @@ class FailoverProducer:
                         if kept is not None:
                             kept = kept[:]  # the caller may reuse its list; a retry needs these
                         report = _partial(report.keeping, kept, timestamp)
-                    self._n_in = next(self._c_in)
                     try:
                         self._produce_raw(topic, value, key, p, report, None, timestamp or 0, kept)
                     except BaseException as exc:
@@ -627,7 +782,6 @@ class FailoverProducer:
                 rec._m = (topic, value, key, kept, timestamp)
                 rec._partition = p
                 rec._attempts = 1
-                self._n_in = next(self._c_in)
                 try:
                     self._produce_raw(topic, value, key, p, rec, None, timestamp or 0, kept)
                 except BaseException as exc:
@@ -730,17 +884,11 @@ class FailoverProducer:
         """Hand ``chunk`` (value-only dicts, ``cb`` their callback or None) to the client, one
         call per partition; False when it could not be counted in (the rest is then refused)."""
         k = len(chunk)
-        # Count the chunk in at C speed: islice pulls k-1 numbers, next() the last.
-        _drain(itertools.islice(self._c_in, k - 1), maxlen=0)
-        n = next(self._c_in)
-        self._n_in = n
-        if n - self._n_out > self._limit:
+        if not self._buffer.has_room(k):
             try:
-                # Waits until at most max_in_flight are in, this chunk included.
-                self._wait_for_room(topic, chunk[0]["value"], None, None, None, counted=True)
+                # Waits until the chunk fits under max_in_flight.
+                self._wait_for_room(topic, chunk[0]["value"], None, None, None, need=k)
             except ProduceTimeout as exc:
-                for _ in range(k):
-                    self._uncount()
                 refused.extend((start + j, exc) for j in range(k))
                 return False
         # One chooser step for the chunk: slice j holds messages j, j+c, j+2c, ... so round
@@ -785,16 +933,69 @@ class FailoverProducer:
         for m in left:
             m.pop("_error", None)
             try:
-                self._produce_with_record(topic, m["value"], None, None, cb, None, counted=True)
+                self._produce_with_record(topic, m["value"], None, None, cb, None)
             except Exception as exc:
                 index = next(i for i, x in enumerate(chunk) if x is m)
                 refused.append((start + index, exc))
         return True
 
-    def _uncount(self) -> None:
-        """A message counted in was refused at once: count it out, and not as an outcome."""
-        self._refused += 1
-        self._n_out = next(self._c_out)
+    def _forward_raised(
+        self,
+        exc: BaseException,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        partition: int,
+        report: _Fresh | None,
+    ) -> None:
+        """The client refused a message of the healthy path at once (it is counted in)."""
+        if isinstance(exc, confluent_kafka.KafkaException):
+            # Refused (e.g. the topic refuses this user): the record path decides.
+            cb = None if report is None else report._cb
+            self._produce_with_record(topic, value, key, None, cb, None)
+            return
+        if not isinstance(exc, BufferError):
+            # Not accepted (a value or key of a wrong type, an interrupt).
+            if isinstance(exc, TypeError) and key is not None:
+                _key_bytes(key)  # names the key's type, as the other paths do
+            raise exc
+        # librdkafka's queue is full, and its bound is the in-flight limit: serve reports
+        # until it takes the message, as a raw producer's caller does (a poll serves them by
+        # the batch), within produce_timeout_s.
+        deadline = time.monotonic() + self._produce_timeout_s
+        while not self._in_callback() and time.monotonic() < deadline:
+            self._poll_client(0.005)
+            if self._attention:
+                self._service()
+            if topic not in self._whole:
+                # Off the healthy path meanwhile (a failure came back and waits): the failover
+                # path places it, once the failed buffer and the client leave room for it.
+                if not self._buffer.has_room():
+                    continue
+                cb = None if report is None else report._cb
+                self._produce_with_record(topic, value, key, None, cb, None)
+                return
+            try:
+                if report is None:
+                    self._produce_raw(topic, value, key, partition)
+                else:
+                    self._produce_raw(topic, value, key, partition, report)
+                return
+            except BufferError:
+                continue
+            except BaseException as again:
+                raise again from None
+        message = UndeliveredMessage(
+            topic=topic,
+            value=value,
+            key=key,
+            headers=None,
+            timestamp=None,
+            attempts=0,
+            last_error=None,
+            possibly_delivered=False,
+        )
+        raise ProduceTimeout(message, limit=self._limit, timeout_s=self._produce_timeout_s)
 
     def _produce_with_record(
         self,
@@ -805,7 +1006,6 @@ class FailoverProducer:
         on_delivery: DeliveryCallback | None,
         timestamp: int | None,
         *,
-        counted: bool = False,
         prefer: int | None = None,
     ) -> None:
         rec = self._record_cls()
@@ -821,8 +1021,6 @@ class FailoverProducer:
             out = [] if out is None else out
             out.append((self._message_id_header, b"%s-%d" % (self._id_prefix, next(self._ids))))
         rec._m = (topic, value, key, out, timestamp)
-        if not counted:
-            self._n_in = next(self._c_in)
         self._dispatch(rec, first=True, prefer=prefer)
 
     def _wait_for_room(
@@ -833,16 +1031,14 @@ class FailoverProducer:
         headers: object,
         timestamp: int | None,
         *,
-        counted: bool = False,
+        need: int = 1,
     ) -> None:
-        """Serve callbacks and retries until a message may be counted in, or time out.
-
-        ``counted``: the message is already counted in, so it waits for the others only.
-        """
+        """Serve callbacks and retries until ``need`` messages fit under the in-flight limit,
+        or time out."""
         timeout = self._produce_timeout_s
         deadline = time.monotonic() + timeout
-        limit = self._limit + counted
-        while self._exact_in_flight() >= limit:
+        has_room = self._buffer.has_room
+        while not has_room(need):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._in_callback():
                 out = _normalise_headers(headers, topic)
@@ -860,27 +1056,6 @@ class FailoverProducer:
             self._poll_client(min(remaining, 0.05))
             if self._attention:
                 self._service()
-        # The hot path's _n_out is a lower bound (deliveries do not store theirs): refresh it,
-        # or its check would fail again at once.
-        self._n_out = _count_value(self._c_out)
-
-    def _wait_counted(self, topic: str, value: bytes | str | None) -> None:
-        """``_wait_for_room`` for a message already counted in (uncounted if it times out)."""
-        try:
-            self._wait_for_room(topic, value, None, None, None, counted=True)
-        except BaseException:
-            self._uncount()
-            raise
-
-    def _exact_in_flight(self) -> int:
-        return _count_value(self._c_in) - _count_value(self._c_out)
-
-    def _report(self, err: Any, msg: Any) -> None:
-        """The delivery callback of messages produced without a record."""
-        if err is None:
-            next(self._c_out)
-            return
-        self._failed_without_record(None, err, msg)
 
     def _report_to(self, cb: DeliveryCallback, err: Any, msg: Any) -> None:
         """The delivery callback of batched messages with a callback ``cb``: their record is
@@ -923,7 +1098,19 @@ class FailoverProducer:
         rec._m = (msg.topic(), msg.value(), msg.key(), headers, timestamp)
         rec._cb = cb
         rec._entry = None
-        rec._partition = msg.partition()
+        partition = msg.partition()  # None for a message purged before it had one
+        rec._partition = -1 if partition is None else partition
+        rec._attempts = 1
+        self._on_failure(rec, err, msg)
+
+    def _fresh_failed(self, fresh: _Fresh, err: Any, msg: Any) -> None:
+        """A message of the healthy path failed: it gets a full record and the usual path."""
+        rec = self._record_cls()
+        rec._m = fresh._m
+        rec._cb = fresh._cb
+        rec._entry = None
+        partition = msg.partition() if msg is not None else None
+        rec._partition = -1 if partition is None else partition
         rec._attempts = 1
         self._on_failure(rec, err, msg)
 
@@ -990,8 +1177,7 @@ class FailoverProducer:
                 self._fail_finally(rec, exc)
                 return
             # The caller's own mistake (a bad value type, ...) or Ctrl-C: the message was not
-            # accepted, so count it out again and let the caller see the exception.
-            self._uncount()
+            # accepted: the caller sees the exception.
             headers = rec._m[3]
             if headers is not None and isinstance(exc, TypeError):
                 _check_header_items(headers, rec._m[0], exc)
@@ -1044,19 +1230,17 @@ class FailoverProducer:
         return solo
 
     def _admit(self, rec: _Record) -> Entry[_Record]:
-        """Give ``rec`` its retry-buffer entry (on its first failure or wait)."""
+        """Give ``rec`` its retry-buffer entry (on its first failure or wait): it was counted
+        in flight already, held by the client or let in by has_room."""
         entry: Entry[_Record] | None = rec._entry
         if entry is None:
-            entry = self._buffer.try_admit(rec)
-            if entry is None:  # cannot happen while the accounting holds; never drop
-                entry = self._buffer.admit(rec, timeout=None)
-            rec._entry = entry
+            entry = rec._entry = self._buffer.adopt(rec)
         return entry
 
     def _wait(self, rec: _Record, error: object) -> None:
         """Put ``rec`` in the failed buffer without an attempt (nothing usable, queue full)."""
         if self._buffer.failed(self._admit(rec), error, retriable=True):
-            self._attention = True
+            self._leave_whole()
 
     def _fail_finally(self, rec: _Record, error: object) -> None:
         self._buffer.failed(self._admit(rec), error, retriable=False)
@@ -1109,7 +1293,7 @@ class FailoverProducer:
                 code = err.code()
         ec = classify(code, err.name())
         retriable = ec.retriable and not err.fatal()
-        if code in _PER_RECORD_CODES and not getattr(rec, "_solo", False) and retriable is False:
+        if try_alone(ec, batch_size=None, alone=getattr(rec, "_solo", False)):
             # Perhaps the batch's fault, not this record's: try it alone before giving up.
             rec._solo = True
             retriable = not err.fatal()
@@ -1128,8 +1312,8 @@ class FailoverProducer:
         if self._buffer.failed(
             self._admit(rec), err, retriable=retriable, possibly_persisted=ec.possibly_persisted
         ):
-            self._attention = True
             self._attention_at = 0.0
+            self._leave_whole()
 
     def _heed(self, topic: str, partition: int, ec: ErrorClass) -> None:
         """What a failure says of its partition: quarantine it, or look at the metadata again."""
@@ -1141,7 +1325,6 @@ class FailoverProducer:
     def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
         rec = entry.item
         self._final_failures += 1
-        self._n_out = next(self._c_out)
         kerr = _kafka_error(error)
         rec._error = kerr
         if entry.possibly_duplicated:
@@ -1178,8 +1361,8 @@ class FailoverProducer:
                 state.quarantine.strikes(partition),
             )
             self._meta.set_fast(topic, True)
-            self._attention = True
             self._attention_at = 0.0
+            self._leave_whole()
         if refresh:
             self._meta.request_refresh(topic)
 
@@ -1203,15 +1386,15 @@ class FailoverProducer:
                     self._choosers[topic] = state.chooser
                     if self._bare_ok:
                         self._bare[topic] = state.chooser
-                    self._attention = True
                     self._attention_at = 0.0
+                    self._leave_whole()  # _service opens the healthy path to it
                     if state.view.unavailable:
                         self._meta.set_fast(topic, True)
                     return
         state.apply_metadata(md, time.monotonic())
         self._meta.set_fast(topic, state.wants_fast_refresh)
-        self._attention = True
         self._attention_at = 0.0
+        self._leave_whole()  # the view may have changed; _service looks again
 
     # -- the caller's side: retries, quarantine release, polling ------------------------------
 
@@ -1245,11 +1428,34 @@ class FailoverProducer:
         if next_at != float("inf"):
             self._attention_at = next_at
             self._attention = True
+        else:
+            self._reopen_whole()
+
+    def _leave_whole(self) -> None:
+        """Something waits, or a view changed: every message takes the failover path until
+        ``_service`` finds nothing waiting (``_reopen_whole``)."""
+        with self._whole_lock:
+            self._attention = True
+            self._placed.clear()
+            self._whole.clear()
+
+    def _reopen_whole(self) -> None:
+        """Nothing waits: whole topics take the healthy path again."""
+        with self._whole_lock:
+            if self._attention or self._closed or not self._bare_ok or self._buffer.failed_depth:
+                return
+            for topic, chooser in list(self._choosers.items()):
+                rotation = chooser.whole_rotation(self._client_sticky)
+                if rotation is not False:
+                    self._whole[topic] = rotation
+                    if rotation is None and self._client_keyed and self._default_cb is None:
+                        self._placed.add(topic)
 
     def _client_len(self) -> int:
-        """Messages the clients hold (queued, in flight, or reports not yet served)."""
+        """Messages the clients hold (queued, in flight, or reports not yet served), at most."""
         solo = self._solo_client
-        return len(self._client) + (len(solo) if solo is not None else 0)
+        held = min(len(self._client), self._queue_cap)
+        return held if solo is None else held + len(solo)
 
     def _in_callback(self) -> bool:
         return bool(getattr(self._local, "depth", 0))
@@ -1321,7 +1527,7 @@ class FailoverProducer:
         while True:
             if self._attention:
                 self._service()
-            in_flight = self._exact_in_flight()
+            in_flight = self._buffer.in_flight
             if in_flight <= 0:
                 return 0
             remaining = 0.1 if deadline is None else deadline - time.monotonic()
@@ -1367,13 +1573,12 @@ class FailoverProducer:
                 self._poll_client(0)
         finally:
             self._closed = True
-            self._attention = True  # the next produce() looks, and raises ProducerClosed
+            self._leave_whole()  # the next produce() looks, and raises ProducerClosed
             left = self._buffer.close()
             unsure = self._client_len()
             undelivered = [e.item.undelivered(in_flight=unsure > 0) for e in left]
             self._returned += len(left)
-            for _ in left:
-                self._n_out = next(self._c_out)
+            self._unsure = unsure
             self._undelivered = undelivered
             self._meta.close()
             self._metrics.close()
@@ -1397,6 +1602,17 @@ class FailoverProducer:
             )
         return list(undelivered)
 
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        if getattr(self, "_opened", False) and not self._closed:
+            _warn(
+                f"unclosed FailoverProducer {self._name!r}: call close() (or use it in a with "
+                "block) so that undelivered messages are handed back",
+                ResourceWarning,
+                source=self,
+            )
+            self._meta.close(timeout_s=0)
+            self._metrics.close()
+
     def __enter__(self) -> FailoverProducer:
         return self
 
@@ -1405,7 +1621,7 @@ class FailoverProducer:
 
     def __len__(self) -> int:
         """Messages without a final outcome (in flight, including those waiting to retry)."""
-        return max(0, self._exact_in_flight())
+        return self._unsure if self._closed else self._buffer.in_flight
 
     # -- what the producer knows -------------------------------------------------------------
 
@@ -1469,14 +1685,15 @@ class FailoverProducer:
 
     def statistics(self) -> ProducerStatistics:
         s = self._buffer.statistics()
-        produced = _count_value(self._c_in) - self._refused
-        out = _count_value(self._c_out) - self._refused
+        delivered = _count_value(self._c_out)
+        # After close() the clients may be gone: what they held unreported is unsure.
+        in_flight = self._unsure if self._closed else s.in_flight
         return ProducerStatistics(
-            produced=produced,
-            delivered=out - self._final_failures - self._returned,
+            produced=delivered + self._final_failures + self._returned + in_flight,
+            delivered=delivered,
             final_failures=self._final_failures,
             returned_on_close=self._returned,
-            in_flight=max(0, produced - out),
+            in_flight=in_flight,
             failed_buffer_depth=s.failed_depth,
             peak_failed_buffer_depth=s.peak_failed_depth,
             retries=s.retries,

@@ -23,6 +23,18 @@ entry ends either delivered or handed back. The shells count callers blocked wai
 in ``waiting``, and register there *before* they look for room; ``delivered()`` reads it after
 its pop and calls the shell's ``wake`` only when someone waits. So a waiter either sees the
 room or is woken: never neither.
+
+Held by the sender. A sender whose client keeps its own count of what it holds (confluent-kafka's
+``len(producer)``: queued, in flight, or with a report not yet served) need not admit its first
+attempts: made with ``held`` (that count), the buffer counts in flight as ``held()`` plus the
+failed buffer's depth. ``try_admit`` and ``has_room`` compare that with the limit; a message
+whose attempt failed leaves the sender's count as it enters the failed buffer (``adopt`` gives
+it an entry without looking for room: it was counted already), and going back to the sender
+moves it the other way, so only new messages raise the sum. The sender may also let its client
+keep the bound while the failed buffer is empty (a client queue bounded at the limit): the sum
+is then the client's count alone. ``admitted`` and ``delivered`` in ``statistics()`` then count
+only the entries the buffer gave out, and waiting for room is the sender's (its client frees
+room without telling the buffer).
 """
 
 from __future__ import annotations
@@ -77,6 +89,7 @@ class Accounting(Generic[T]):
         "_final_failures",
         "_finals",
         "_gate",
+        "_held",
         "_levels",
         "_live",
         "_next_seq",
@@ -98,8 +111,13 @@ class Accounting(Generic[T]):
         policy: RetryPolicy,
         clock: Callable[[], float],
         wake: Callable[[], None] = lambda: None,
+        held: Callable[[], int] | None = None,
     ) -> None:
         self.limit = check_limit(limit)
+        if held is not None and not callable(held):
+            raise InvalidArgument(f"held must be None or a callable returning a count: {held!r}")
+        # See "Held by the sender" in the module doc.
+        self._held = held
         if not isinstance(policy, RetryPolicy):
             raise InvalidArgument(f"policy must be a RetryPolicy, got {policy!r}")
         if not callable(clock):
@@ -142,15 +160,21 @@ class Accounting(Generic[T]):
     # -- admission ---------------------------------------------------------------------------
 
     def in_flight(self) -> int:
-        return len(self._live)
+        held = self._held
+        if held is None:
+            return len(self._live)
+        return held() + self._failed_depth
 
-    def has_room(self) -> bool:
-        return len(self._live) < self._gate
+    def has_room(self, n: int = 1) -> bool:
+        """Room for ``n`` more messages now (``in_flight()`` inline: a sender asks per message)."""
+        held = self._held
+        count = len(self._live) if held is None else held() + self._failed_depth
+        return count + n <= self._gate
 
     def try_admit(self, item: T) -> Entry[T] | None:
         """Count ``item`` in and return its entry, or ``None`` while at the limit."""
         live = self._live
-        n = len(live)
+        n = len(live) if self._held is None else self._held() + self._failed_depth
         if n >= self._gate:
             if self.closed:
                 raise BufferClosed("cannot admit: the buffer is closed")
@@ -168,6 +192,20 @@ class Accounting(Generic[T]):
         live[seq] = entry
         if n >= self._peak_in_flight:
             self._peak_in_flight = n + 1
+        return entry
+
+    def adopt(self, item: T) -> Entry[T]:
+        """Give an entry, without looking for room, to ``item``, which the sender holds and
+        counts in ``held()`` (sent without admission); its outcome is then reported here as
+        any entry's. Only with ``held``."""
+        if self._held is None:
+            raise InvalidArgument("adopt() needs a buffer made with held=")
+        if self.closed:
+            raise BufferClosed("cannot adopt: the buffer is closed")
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        entry: Entry[T] = Entry(item, seq, self._clock())
+        self._live[seq] = entry
         return entry
 
     def admit_many(self, items: Sequence[T]) -> list[Entry[T]]:
@@ -229,7 +267,7 @@ class Accounting(Generic[T]):
     def _enqueue(self, entry: Entry[T], level: int, due_at: float) -> None:
         # The bound is enforced here, where entries enter; it cannot trip unless the
         # accounting above is broken, because a queued entry is still counted in flight.
-        if self._failed_depth >= self.limit:
+        if self._failed_depth >= self.limit and self._held is None:
             raise RetryBufferError(
                 f"failed buffer overflow: {self._failed_depth} entries queued with capacity "
                 f"{self.limit}; this is a bug in retry_buffer's accounting"
@@ -347,11 +385,12 @@ class Accounting(Generic[T]):
         return left
 
     def statistics(self) -> Statistics:
-        in_flight = len(self._live)
+        entries = len(self._live)
+        in_flight = entries if self._held is None else self.in_flight()
         return Statistics(
             limit=self.limit,
             admitted=self._next_seq,
-            delivered=self._next_seq - self._final_failures - self._returned - in_flight,
+            delivered=self._next_seq - self._final_failures - self._returned - entries,
             final_failures=self._final_failures,
             returned_on_close=self._returned,
             in_flight=in_flight,

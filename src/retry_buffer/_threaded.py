@@ -30,10 +30,15 @@ class RetryBuffer(Generic[T]):
     """Inflow gate, failed buffer and retry policy for messages of type ``T``; thread-safe.
 
     ``clock`` drives the policy (admission times, backoff, deadlines); ``timeout`` arguments
-    are real seconds.
+    are real seconds. ``held``: the sender's own count of what it holds, for a sender that
+    does not admit its first attempts (see the accounting core's module doc).
     """
 
-    __slots__ = ("_cond", "_core", "_lock", "_on_final_failure", "delivered")
+    __slots__ = ("_cond", "_core", "_lock", "_on_final_failure", "delivered", "has_room")
+
+    has_room: Callable[..., bool]
+    """``has_room(n=1)``: room for ``n`` more messages now (a look, not a reservation). The
+    core's own method, as ``delivered`` is: a sender may ask once per message."""
 
     delivered: Callable[[Entry[T]], None]
     """``delivered(entry)``: final success, ``entry`` is counted out. A second outcome raises.
@@ -48,6 +53,8 @@ class RetryBuffer(Generic[T]):
         policy: RetryPolicy | None = None,
         on_final_failure: FinalFailureCallback[T] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        held: Callable[[], int] | None = None,
     ) -> None:
         if on_final_failure is not None and not callable(on_final_failure):
             raise InvalidArgument(
@@ -63,10 +70,11 @@ class RetryBuffer(Generic[T]):
         # Threads blocked in a wait are counted in core.waiting; outcome reporters notify only
         # when it is non-zero.
         self._core: Accounting[T] = Accounting(
-            max_in_flight, RetryPolicy() if policy is None else policy, clock, wake
+            max_in_flight, RetryPolicy() if policy is None else policy, clock, wake, held
         )
         self._on_final_failure = on_final_failure
         self.delivered = self._core.delivered
+        self.has_room = self._core.has_room
 
     @property
     def limit(self) -> int:
@@ -75,6 +83,11 @@ class RetryBuffer(Generic[T]):
     @property
     def in_flight(self) -> int:
         return self._core.in_flight()
+
+    @property
+    def failed_depth(self) -> int:
+        """Entries waiting in the failed buffer."""
+        return self._core._failed_depth
 
     @property
     def policy(self) -> RetryPolicy:
@@ -106,6 +119,12 @@ class RetryBuffer(Generic[T]):
         if entry is None:
             return self._admit_waiting(item, timeout)
         return entry
+
+    def adopt(self, item: T) -> Entry[T]:
+        """An entry for ``item``, which the sender holds (see ``held`` in docs/retry_buffer.md);
+        never waits. Raises ``BufferClosed`` after ``close()``."""
+        with self._lock:
+            return self._core.adopt(item)
 
     def try_admit(self, item: T) -> Entry[T] | None:
         """Count ``item`` in if there is room now; ``None`` otherwise. Never blocks."""
@@ -257,6 +276,8 @@ class Merger(Generic[T]):
     def __init__(self, buffer: RetryBuffer[T], source: Iterable[T]) -> None:
         if not isinstance(buffer, RetryBuffer):
             raise InvalidArgument(f"Merger needs a RetryBuffer, got {buffer!r}")
+        if buffer._core._held is not None:
+            raise InvalidArgument("Merger admits what it sends: give it a buffer without held=")
         self._buffer = buffer
         self._core = buffer._core  # the buffer's, cached: next() runs once per message
         self._lock = buffer._lock

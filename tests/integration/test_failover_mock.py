@@ -109,6 +109,56 @@ def test_every_message_delivered_via_quarantine_alone(mock: MockCluster, strateg
     assert not {m.partition() for m in records} & bad_partitions
 
 
+def test_the_healthy_path_reports_each_message_once_and_hands_failures_over(
+    mock: MockCluster,
+) -> None:
+    """While the topic is whole, messages go straight to the client; a callback gets the
+    message as given (str key and value too) and one outcome. When a broker starts refusing,
+    the failed ones are rebuilt from the client's reports and delivered elsewhere, and the
+    producer leaves the healthy path until nothing waits; keys stay on murmur2 meanwhile."""
+    p = producer(mock, ready=TOPIC)
+    seen: dict[str, list[tuple[Any, Any, Any, int, int]]] = {}
+
+    def on_delivery(err: Any, report: DeliveryReport) -> None:
+        value = report.value()
+        assert isinstance(value, str)
+        seen.setdefault(value, []).append(
+            (err, report.key(), report.topic(), report.partition(), report.attempts())
+        )
+
+    for i in range(200):
+        p.produce(TOPIC, f"h{i}", key=f"clé-{i}", on_delivery=on_delivery)
+    assert p.flush(30) == 0
+    assert p._whole, "a whole topic with nothing waiting takes the healthy path"
+    assert all(
+        r == [(None, f"clé-{i}", TOPIC, partition_for_key(f"clé-{i}".encode(), PARTITIONS), 1)]
+        for i, r in ((int(v[1:]), r) for v, r in seen.items())
+    )
+    bad = leaders(p)[0]
+    bad_partitions = {part for part, b in leaders(p).items() if b == bad}
+    n = 600
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
+        for i in range(n):
+            # Keyed, so that some go to the refusing broker while the topic is still whole.
+            p.produce(TOPIC, f"f{i}", key=f"k{i}", on_delivery=on_delivery)
+            p.produce(TOPIC, b"plain%d" % i)
+            if i % 50 == 0:
+                p.poll(0.002)
+        assert p.flush(30) == 0
+        assert not p._whole, "quarantined partitions: not whole"
+    stats = p.statistics()
+    p.close()
+    failed_over = [r for v, r in seen.items() if v.startswith("f")]
+    assert len(failed_over) == n
+    assert all(len(r) == 1 and r[0][0] is None for r in failed_over)
+    assert not {r[0][3] for r in failed_over} & bad_partitions
+    assert any(r[0][4] > 1 for r in failed_over), "some went to the refusing broker first"
+    assert (stats.delivered, stats.final_failures, stats.in_flight) == (200 + 2 * n, 0, 0)
+    values = Counter(m.value() for m in consume_all(mock, 200 + 2 * n))
+    assert max(values.values()) == 1
+    assert len(values) == 200 + 2 * n
+
+
 def test_after_append_failures_are_counted_as_possible_duplicates(mock: MockCluster) -> None:
     """Error 20 means the data may be in the log: re-producing it may duplicate, and is counted;
     the message id header is the same on every attempt so consumers can drop the copy."""
@@ -139,7 +189,9 @@ def test_a_batch_refused_whole_is_delivered_record_by_record(mock: MockCluster) 
     mock.push_broker_errors(bad, MSG_SIZE_TOO_LARGE, 1)
     n = 300
     for i in range(n):
-        p.produce(TOPIC, b"m%d" % i, on_delivery=reports if i % 2 else None)
+        # Keyed, so that some go to the refusing broker (librdkafka's sticky partitioner might
+        # give keyless ones all to another while the topic is whole).
+        p.produce(TOPIC, b"m%d" % i, key=b"k%d" % i, on_delivery=reports if i % 2 else None)
     assert p.flush(30) == 0
     stats = p.statistics()
     assert p.close() == []
@@ -235,8 +287,8 @@ def test_keys_stay_on_their_murmur2_partition_and_only_degraded_ones_move(
 def test_produce_waits_at_the_inflow_limit_then_raises_with_the_message(
     mock: MockCluster, key: bytes | None
 ) -> None:
-    # Keyless messages without callback take produce()'s shortest path, which counts a message
-    # in before it checks the limit: the refused one must not stay counted.
+    # The topic's metadata stays whole, so these take the healthy path, which has no check of
+    # its own: the client's queue, bounded at max_in_flight, refuses the sixth.
     p = producer(mock, max_in_flight=5, produce_timeout_s=0.3)
     p.health(TOPIC)
     for b in range(1, 4):

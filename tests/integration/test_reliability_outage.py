@@ -69,12 +69,21 @@ class Side:
     waits_s: list[float] = field(default_factory=list)
     wrong_refusals: list[str] = field(default_factory=list)
     peak_in_flight: int = 0
+    """The most messages accepted and not yet ended, counted here (accepted, less what the
+    producer's exact counters say was delivered or failed)."""
     statistics: Callable[[], ProducerStatistics] | None = None
     """Read the producer's counters from another thread (set once it runs)."""
     left: int = -1
     stats: ProducerStatistics | None = None
     undelivered: list[Any] = field(default_factory=list)
     error: BaseException | None = None
+
+    def sample(self, stats: ProducerStatistics) -> None:
+        """Only an admission raises in-flight: its peak is among these samples. The
+        producer's own in_flight is not used: FailoverProducer reads it from len(client),
+        which also counts reports waiting for poll (an upper bound)."""
+        ended = stats.delivered + stats.final_failures + stats.returned_on_close
+        self.peak_in_flight = max(self.peak_in_flight, len(self.accepted) - ended)
 
     def refusal(self, exc: ProduceTimeout, offered: bytes, waited_s: float) -> None:
         self.refused.append(offered)
@@ -119,8 +128,7 @@ def run_sync(bootstrap: str, phases: Phases, side: Side) -> None:
                 continue
             side.accepted.append(offered)
             p.poll(0)
-            # Only an admission raises in-flight: its peak is among these samples.
-            side.peak_in_flight = max(side.peak_in_flight, p.statistics().in_flight)
+            side.sample(p.statistics())
         side.left = p.flush(90)
         side.stats = p.statistics()
     except BaseException as exc:
@@ -162,7 +170,7 @@ def run_async(bootstrap: str, phases: Phases, side: Side) -> None:
                     side.refusal(exc, offered, time.monotonic() - t0)
                     continue
                 side.accepted.append(offered)
-                side.peak_in_flight = max(side.peak_in_flight, ap.statistics().in_flight)
+                side.sample(ap.statistics())
             side.left = await ap.flush(90)
             side.stats = ap.statistics()
             results = await asyncio.gather(*futures, return_exceptions=True)

@@ -138,7 +138,11 @@ def validate(config: Mapping[str, Any], options: Mapping[str, Any]) -> None:
     for text in settings.warnings:
         warnings.warn(text, FailoverConfigWarning, stacklevel=4)
     _check_client_config(settings.client_conf)
-    producer_options(args, dead_letter_args="message, err")
+    taken = inspect.signature(producer_options).parameters
+    producer_options(
+        **{name: value for name, value in args.items() if name in taken},
+        dead_letter_args="message, err",
+    )
 
 
 def _bind(config: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:

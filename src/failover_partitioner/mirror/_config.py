@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from failover_partitioner._topics import legal_topic_name
+
 from ._errors import MirrorConfigError
 
 __all__ = ["MirrorOptions", "TopicRouter", "load_properties", "parse_properties"]
 
 # Kafka's legal topic name (org.apache.kafka.common.internals.Topic).
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 # Settings that would let the consumer commit offsets the producer has not delivered.
 _FORCED_CONSUMER = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
@@ -155,7 +156,7 @@ class TopicRouter:
         name = self._cache.get(topic)
         if name is None:
             name = self.rename.format(topic=topic)
-            if not _TOPIC_NAME.fullmatch(name):
+            if not legal_topic_name(name):
                 raise MirrorConfigError(
                     f"--rename {self.rename!r} turns source topic {topic!r} into {name!r}, "
                     "which is not a legal Kafka topic name (letters, digits, '.', '_', '-', "
@@ -189,7 +190,7 @@ def _check_template(template: str) -> None:
         sample = template.format(topic="t")
     except (ValueError, IndexError, KeyError) as exc:
         raise MirrorConfigError(f"--rename {template!r} is not a valid template: {exc}") from exc
-    if not _TOPIC_NAME.fullmatch(sample):
+    if not legal_topic_name(sample):
         raise MirrorConfigError(
             f"--rename {template!r} yields illegal topic names such as {sample!r}; "
             "use only letters, digits, '.', '_' and '-' around {topic}"
@@ -307,13 +308,11 @@ class MirrorOptions:
             )
         # Validates the patterns and the template.
         self.router()
-        if self.dead_letter_topic is not None and not _TOPIC_NAME.fullmatch(self.dead_letter_topic):
+        if self.dead_letter_topic is not None and not legal_topic_name(self.dead_letter_topic):
             raise MirrorConfigError(
                 f"--dead-letter-topic {self.dead_letter_topic!r} is not a legal Kafka topic name"
             )
-        if self.offset_syncs_topic is not None and not _TOPIC_NAME.fullmatch(
-            self.offset_syncs_topic
-        ):
+        if self.offset_syncs_topic is not None and not legal_topic_name(self.offset_syncs_topic):
             raise MirrorConfigError(
                 f"--offset-syncs-topic {self.offset_syncs_topic!r} is not a legal Kafka topic name"
             )

@@ -1,0 +1,144 @@
+"""Both producers give the same answer to the same input: one table of cases, fed to the
+confluent-kafka shell (``FailoverProducer.produce``) and the asyncio one
+(``AsyncFailoverProducer.send``), on one minibroker cluster.
+
+Each case is a message and what must happen to it: accepted and delivered, or refused before it
+is accepted with the exception type given (nothing counted in flight, nothing delivered). The
+rules behind the answers live once (``_topics.check_topic``, ``errors.try_alone``); this table
+holds the shells to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from failover_partitioner import FailoverProducer
+from failover_partitioner.aio import AsyncFailoverProducer
+from failover_partitioner.errors import classify, try_alone
+from minibroker import Cluster
+
+TOPIC = "agree"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    topic: Any = TOPIC
+    value: Any = b"v"
+    key: Any = None
+    headers: Any = None
+    refused: type[BaseException] | None = None  # None: accepted and delivered
+
+
+CASES = [
+    Case("plain"),
+    Case("str value and key", value="välue", key="kéy"),
+    Case("headers as a dict", headers={"h": b"1"}),
+    Case("headers as pairs", headers=[("h", b"1"), ("h", None)]),
+    Case("empty topic", topic="", refused=ValueError),
+    Case("a space in the topic", topic="bad topic", refused=ValueError),
+    Case("topic '..'", topic="..", refused=ValueError),
+    Case("topic too long", topic="t" * 250, refused=ValueError),
+    Case("topic not a str", topic=b"agree", refused=TypeError),
+    Case("key of a wrong type", key=5, refused=TypeError),
+    Case("value of a wrong type", value=5.0, refused=TypeError),
+    Case("headers of a wrong type", headers=5, refused=TypeError),
+    Case("a header name not a str", headers=[(b"h", b"1")], refused=TypeError),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster(brokers=3, config={"min.insync.replicas": "2"}) as c:
+        c.create_topic(TOPIC, partitions=3, replication_factor=3)
+        yield c
+
+
+def confluent_shell(cluster: Cluster, case: Case) -> BaseException | None:
+    outcomes: list[Any] = []
+    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        p.health(TOPIC)
+        try:
+            p.produce(
+                case.topic,
+                case.value,
+                case.key,
+                case.headers,
+                on_delivery=lambda err, report: outcomes.append(err),
+            )
+        except Exception as exc:
+            assert len(p) == 0, "a refused message stays counted"
+            return exc
+        assert p.flush(30) == 0
+        assert outcomes == [None]
+        return None
+    finally:
+        assert p.close() == []
+
+
+async def asyncio_shell(cluster: Cluster, case: Case) -> BaseException | None:
+    async with AsyncFailoverProducer(bootstrap_servers=cluster.bootstrap_servers) as ap:
+        await ap.refresh(TOPIC)
+        try:
+            future = await ap.send(case.topic, case.value, case.key, headers=case.headers)
+        except Exception as exc:
+            assert ap.statistics().in_flight == 0, "a refused message stays counted"
+            return exc
+        metadata = await asyncio.wait_for(future, 30)
+        assert metadata.topic == TOPIC
+        return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_both_shells_answer_alike(cluster: Cluster, case: Case) -> None:
+    answers = {
+        "confluent": confluent_shell(cluster, case),
+        "asyncio": asyncio.run(asyncio_shell(cluster, case)),
+    }
+    for shell, answer in answers.items():
+        if case.refused is None:
+            assert answer is None, f"{shell} refused it: {answer!r}"
+        else:
+            assert isinstance(answer, case.refused), f"{shell} answered {answer!r}"
+
+
+# A batch refused whole: which records are tried again alone. (error code, the refused batch's
+# size as the shell knows it, the record already sent alone) -> tried alone. The confluent
+# shell never knows the size (librdkafka's reports do not say), the asyncio one always does.
+SPLITS = [
+    (10, None, False, True),  # MSG_SIZE_TOO_LARGE, size unknown: once alone
+    (10, None, True, False),  # ... refused alone too: it ends with the error
+    (10, 5, False, True),
+    (10, 1, False, False),  # a batch of that record only: it was alone
+    (18, 3, False, True),  # RECORD_LIST_TOO_LARGE
+    (87, None, False, True),  # INVALID_RECORD
+    (2, 2, False, True),  # CORRUPT_MESSAGE
+    (19, 5, False, False),  # NOT_ENOUGH_REPLICAS: retried elsewhere, not split
+    (29, 5, False, False),  # TOPIC_AUTHORIZATION_FAILED: final for every record
+]
+
+
+@pytest.mark.parametrize(("code", "size", "alone", "expected"), SPLITS)
+def test_one_rule_splits_a_refused_batch(
+    code: int, size: int | None, alone: bool, expected: bool
+) -> None:
+    ec = classify(code, KafkaError(code).name())
+    assert try_alone(ec, batch_size=size, alone=alone) is expected
+
+
+def test_an_unclosed_failover_producer_warns(cluster: Cluster) -> None:
+    """A producer dropped without close() says so (undelivered messages would be lost with
+    it), as AsyncFailoverProducer does when dropped without stop() (its __del__)."""
+    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    p.health(TOPIC)
+    del p
+    with pytest.warns(ResourceWarning, match="unclosed FailoverProducer"):
+        gc.collect()
