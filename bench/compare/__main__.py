@@ -32,10 +32,19 @@ from compare.report import (
     mirror_table,
     plot,
     plot_mirrors,
+    spark_table,
     throughput_table,
     write_json,
 )
 from compare.scenario import Contender, producers_under_fault, throughput
+from compare.spark_jobs import (
+    SparkContender,
+    failover_writer,
+    session,
+    sink_jars,
+    spark_sink,
+    writers_under_fault,
+)
 
 # The second Java row: KIP-794's knob for leaders that stop draining (0, off, by default). Its
 # documentation gives no value; this is one a user would pick to react within about a second.
@@ -94,6 +103,22 @@ def mirror_contenders(mirrormaker_classpath: str | None) -> list[MirrorContender
     return out
 
 
+def spark_contenders() -> list[SparkContender]:
+    return [
+        SparkContender(
+            name="Spark Kafka sink",
+            note="spark-sql-kafka-0-10 4.2.0 on Spark 4.3.0, Kafka producer defaults",
+            write=spark_sink({}),
+        ),
+        SparkContender(
+            name="Spark Kafka sink (avail. timeout)",
+            note=f"kafka.partitioner.availability.timeout.ms={AVAILABILITY_TIMEOUT_MS}",
+            write=spark_sink({"partitioner.availability.timeout.ms": AVAILABILITY_TIMEOUT_MS}),
+        ),
+        SparkContender(name="write_to_kafka", note="defaults, acks=all", write=failover_writer),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make compare", description=__doc__)
     parser.add_argument(
@@ -135,7 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FRACTION",
         help="scenario 3: pause once the copy holds this fraction of the messages",
     )
-    parser.add_argument("--scenarios", default="1,3,4", help="which scenarios to run")
+    parser.add_argument(
+        "--spark-rows", type=int, default=1_000_000, help="scenario 2: rows the job writes"
+    )
+    parser.add_argument(
+        "--spark-pause",
+        type=float,
+        default=150.0,
+        metavar="SECONDS",
+        help="scenario 2: the longest brokers 4 and 5 stay paused (they resume when the job ends)",
+    )
+    parser.add_argument("--scenarios", default="1,2,3,4", help="which scenarios to run")
     args = parser.parse_args(argv)
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -183,6 +218,20 @@ def main(argv: list[str] | None = None) -> int:
         for m in mirror_contenders(mirrormaker)
         if not only or any(w in m.name.lower() for w in only)
     ]
+    sink: list[str] | None = None
+    sink_error = ""
+    if "2" in scenarios:
+        try:
+            sink = sink_jars()
+        except Exception as exc:  # reported in the notes, write_to_kafka still runs
+            sink_error = str(exc)
+            progress(f"compare: Spark's Kafka sink cannot run: {exc}")
+    writers = [
+        w
+        for w in spark_contenders()
+        if (sink is not None or w.write is failover_writer)
+        and (not only or any(word in w.name.lower() for word in only))
+    ]
     jars = ensure_jars()
     meta: dict[str, object] = {
         "kafka": jars.version,
@@ -192,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         "scenario_1": {"rate_per_s": args.rate, "duration_s": args.duration, "fault_s": args.fault,
                        "paused_brokers": [4, 5], "partitions": 12, "replication_factor": 3,
                        "min_insync_replicas": 2, "value_bytes": 100},
+        "scenario_2": {"rows": args.spark_rows, "max_pause_s": args.spark_pause,
+                       "paused_brokers": [4, 5], "pause_from": "a tenth of the rows stored",
+                       "master": "local[2,4]", "spark_partitions": 8, "value_bytes": 100,
+                       "sink_unavailable": sink_error, "sink_jars": sink or [],
+                       "writers": {w.name: w.note for w in writers}},
         "scenario_3": {"messages": args.mirror_messages, "pause_s": args.mirror_pause,
                        "pause_after_fraction": args.mirror_pause_after, "paused_brokers": [4, 5],
                        "source": "same cluster, brokers 1-3", "value_bytes": 100,
@@ -201,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                        "value_bytes": 100},
         "contenders": {c.name: c.note for c in chosen},
     }  # fmt: skip
-    faults, copies, speeds = [], [], []
+    faults, jobs, copies, speeds = [], [], [], []
     started = time.monotonic()
     with KafkaCluster(5, min_insync_replicas=2, jars=jars) as cluster:
         progress(
@@ -218,6 +272,20 @@ def main(argv: list[str] | None = None) -> int:
                     fault_end_s=args.fault[1],
                     progress=progress,
                 )
+            if "2" in scenarios:
+                progress("scenario 2, a Spark job writing to Kafka:")
+                spark = session(sink or [])
+                try:
+                    jobs = writers_under_fault(
+                        cluster,
+                        spark,
+                        writers,
+                        args.spark_rows,
+                        max_pause_s=args.spark_pause,
+                        progress=progress,
+                    )
+                finally:
+                    spark.stop()
             if "3" in scenarios:
                 progress("scenario 3, mirrors copying a topic:")
                 copies = mirrors_copying(
@@ -260,6 +328,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         progress(fault_table(faults))
         plot(out / "delivered-per-second.png", faults, *args.fault, version=jars.version)
+    if jobs:
+        progress("")
+        progress(
+            f"Scenario 2: a Spark job (local[2,4], 8 partitions) writing {args.spark_rows:,} "
+            f"rows of 100 bytes, healthy, then with brokers 4 and 5 paused from a tenth of the "
+            f"rows until the job ended (at most {args.spark_pause:g} s); Kafka {jars.version}"
+        )
+        progress(spark_table(jobs))
     if copies:
         progress("")
         progress(
@@ -281,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         out / "report.json",
         meta,
         producers_under_fault=faults,
+        spark_jobs=jobs,
         mirrors=copies,
         throughput=speeds,
     )

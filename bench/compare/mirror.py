@@ -103,7 +103,7 @@ def fill(bootstrap: str, topic: str, messages: int) -> None:
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # confluent-kafka: no annotations
 
 
-class _Progress:
+class TopicProgress:
     """The sum of a topic's high watermarks, asked of a new admin client each time.
 
     A long-lived client goes stale under this fault: librdkafka's admin client kept asking
@@ -182,7 +182,7 @@ def copy_once(
     bootstrap = cluster.bootstrap_servers
     target = contender.copy_name(source, uuid.uuid4().hex[:6])
     cluster.create_topic(target, assignment=spread())
-    progress = _Progress(bootstrap, target)
+    progress = TopicProgress(bootstrap, target)
     samples: list[tuple[float, int]] = []
     paused: list[int] = []
     paused_at = resumed_at = done_at = first_at = None

@@ -10,6 +10,7 @@ from typing import Any
 
 from compare.mirror import CopyResult
 from compare.scenario import FaultResult, ThroughputResult
+from compare.spark_jobs import JobResult
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -98,6 +99,30 @@ def mirror_table(results: Sequence[CopyResult]) -> str:
     ]
     reported = [f"  {r.name} ({'fault' if r.fault else 'healthy'}): {r.reported}" for r in results]
     return _table(header, rows) + "\nWhat each reported:\n" + "\n".join(reported)
+
+
+def spark_table(results: Sequence[JobResult]) -> str:
+    header = ("writer", "fault", "outcome", "job s", "rows read back", "lost", "dups", "paused s")
+    rows = [
+        (
+            r.name,
+            "4,5 paused" if r.fault else "healthy",
+            r.outcome,
+            f"{r.job_s:.1f}",
+            f"{r.stored:,}",
+            str(r.lost),
+            str(r.duplicates),
+            "-"
+            if r.paused_at_s is None or r.resumed_at_s is None
+            else f"{r.paused_at_s:.0f}-{r.resumed_at_s:.0f}",
+        )
+        for r in results
+    ]
+    said = [
+        f"  {r.name} ({'fault' if r.fault else 'healthy'}): {r.error or r.reported}"
+        for r in results
+    ]
+    return _table(header, rows) + "\nWhat each reported:\n" + "\n".join(said)
 
 
 def write_json(path: Path, meta: dict[str, Any], **sections: Sequence[Any]) -> None:
