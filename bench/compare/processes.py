@@ -70,9 +70,12 @@ class Service:
 
     def _read(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self.statuses.append(json.loads(line))
+        # Every status line is kept beside the log too: what the mirror said, second by second.
+        with self.log_path.with_suffix(".status.jsonl").open("w") as kept:
+            for line in self.process.stdout:
+                if line.startswith("{"):
+                    self.statuses.append(json.loads(line))
+                    kept.write(line)
 
     @property
     def alive(self) -> bool:
