@@ -38,7 +38,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-# Scenarios 1, 3 and 4 of docs/comparison.md on one real Kafka cluster (minutes; not part of test):
+# Scenarios 1-4 of docs/comparison.md on one real Kafka cluster (minutes; not part of test):
 # tables on the terminal, report.json, plots and the logs in build/compare/<time>/.
 compare: $(STAMP)
 	PYTHONPATH=bench $(PY) -m compare $(COMPARE_ARGS)
