@@ -746,7 +746,11 @@ class Mirror:
         # What the source looks like (topics and partition counts): while it stays as the last
         # sync saw it and configs are not due, there is nothing to do, and the loop asks
         # neither cluster anything (a request to a hung broker would hold it).
-        shape = {t: len(md.partitions) for t in topics if (md := source_md.topics.get(t))}
+        shape = (
+            {t: len(md.partitions) for t in topics if (md := source_md.topics.get(t))}
+            if sync is not None
+            else {}
+        )
         if sync is not None and topics and (configs or shape != self._synced_shape):
             try:
                 sync.sync(
