@@ -34,11 +34,12 @@ faithful: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/failover-demo $(DEMO_ARGS)
 
+# The table on the terminal, the libraries' logs in build/bench/<time>.log (BENCH_ARGS=-v: on the terminal).
 bench: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-# Scenarios 1 and 4 of docs/comparison.md on one real Kafka cluster (minutes; not part of test):
-# tables on the terminal, report.json, a plot and the logs in build/compare/<time>/.
+# Scenarios 1-4 of docs/comparison.md on one real Kafka cluster (minutes; not part of test):
+# tables on the terminal, report.json, plots and the logs in build/compare/<time>/.
 compare: $(STAMP)
 	PYTHONPATH=bench $(PY) -m compare $(COMPARE_ARGS)
 

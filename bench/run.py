@@ -1,16 +1,24 @@
 """Run every benchmark in bench/ and print one table (``make bench``).
 
-Usage: ``python bench/run.py [--quick] [--only NAME] [--json FILE]``.
+Usage: ``python bench/run.py [--quick] [--only NAME] [--json FILE] [--log FILE] [-v]``.
+
+The terminal gets the progress and the table. What the libraries and brokers log (Python
+logging, librdkafka and the JVMs writing to file descriptor 2, a benchmark's traceback) goes to
+a log file named at the end; ``-v`` leaves it on the terminal instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import json
+import logging
+import os
 import sys
 import traceback
 from pathlib import Path
+from typing import IO
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -28,18 +36,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller workloads (a smoke run)")
     ap.add_argument("--only", help="run only the bench modules whose name contains this")
     ap.add_argument("--json", help="also write the figures as JSON to this file")
+    ap.add_argument("--log", type=Path, help="the log file (default: build/bench/<UTC time>.log)")
+    ap.add_argument(
+        "-v", "--verbose", action="store_true", help="library and broker logs on the terminal"
+    )
     args = ap.parse_args(argv)
+
+    progress: IO[str] = sys.stderr
+    log_path: Path | None = None
+    if not args.verbose:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        log_path = args.log or Path("build") / "bench" / f"{stamp}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = log_path.open("a", buffering=1)
+        progress = os.fdopen(os.dup(2), "w", buffering=1)
+        # librdkafka, the brokers' processes and the JVMs write to descriptor 2 themselves.
+        os.dup2(log.fileno(), 2)
+    # WARNING, as Python's last-resort handler printed before: the benchmarks log no more
+    # than they did, only elsewhere.
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
 
     figures: list[Figure] = []
     failed: list[str] = []
     for name in _modules(args.only):
-        print(f"running {name} ...", file=sys.stderr, flush=True)
+        print(f"running {name} ...", file=progress, flush=True)
         try:
             mod = importlib.import_module(name)
             figures.extend(mod.run(quick=args.quick))
         except Exception:
             traceback.print_exc()
             failed.append(name)
+            print(f"  {name} raised: {traceback.format_exc().splitlines()[-1]}", file=progress)
 
     header = (
         f"{'issue':>5}  {'figure':<58} {'value':>12} {'reference':>12} {'ratio':>7}  target  met"
@@ -76,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 indent=2,
             )
         )
+    if log_path is not None:
+        print(f"logs: {log_path}", file=progress, flush=True)
     return 1 if failed else 0
 
 

@@ -17,7 +17,7 @@ from typing import IO
 from tests.realkafka.cluster import KafkaCluster
 from tests.realkafka.jars import ensure_jars
 
-from compare import java
+from compare import java, processes
 from compare.contenders import (
     Load,
     java_runner,
@@ -26,8 +26,25 @@ from compare.contenders import (
     run_confluent,
     run_failover,
 )
-from compare.report import fault_table, plot, throughput_table, write_json
+from compare.mirror import MirrorContender, mirrors_copying
+from compare.report import (
+    fault_table,
+    mirror_table,
+    plot,
+    plot_mirrors,
+    spark_table,
+    throughput_table,
+    write_json,
+)
 from compare.scenario import Contender, producers_under_fault, throughput
+from compare.spark_jobs import (
+    SparkContender,
+    failover_writer,
+    session,
+    sink_jars,
+    spark_sink,
+    writers_under_fault,
+)
 
 # The second Java row: KIP-794's knob for leaders that stop draining (0, off, by default). Its
 # documentation gives no value; this is one a user would pick to react within about a second.
@@ -59,6 +76,49 @@ def contenders(program: java.JavaProgram | None, log: IO[str]) -> list[Contender
     return out
 
 
+def mirror_contenders(mirrormaker_classpath: str | None) -> list[MirrorContender]:
+    out = []
+    if mirrormaker_classpath is not None:
+        classpath = mirrormaker_classpath
+        out.append(
+            MirrorContender(
+                name="MirrorMaker 2",
+                note=f"connect-mirror {processes.mirrormaker_version()} standalone, defaults",
+                copy_name=lambda source, tag: f"mm{tag}.{source}",
+                start=lambda bootstrap, source, target, folder: processes.start_mirrormaker(
+                    classpath, bootstrap, source, target, folder
+                ),
+                report=processes.mirrormaker_report,
+            )
+        )
+    out.append(
+        MirrorContender(
+            name="failover-mirror",
+            note="defaults",
+            copy_name=lambda source, tag: f"fm{tag}.{source}",
+            start=processes.start_failover_mirror,
+            report=processes.failover_mirror_report,
+        )
+    )
+    return out
+
+
+def spark_contenders() -> list[SparkContender]:
+    return [
+        SparkContender(
+            name="Spark Kafka sink",
+            note="spark-sql-kafka-0-10 4.2.0 on Spark 4.3.0, Kafka producer defaults",
+            write=spark_sink({}),
+        ),
+        SparkContender(
+            name="Spark Kafka sink (avail. timeout)",
+            note=f"kafka.partitioner.availability.timeout.ms={AVAILABILITY_TIMEOUT_MS}",
+            write=spark_sink({"partitioner.availability.timeout.ms": AVAILABILITY_TIMEOUT_MS}),
+        ),
+        SparkContender(name="write_to_kafka", note="defaults, acks=all", write=failover_writer),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make compare", description=__doc__)
     parser.add_argument(
@@ -83,7 +143,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", default="", help="contenders whose name contains this (comma-separated)"
     )
-    parser.add_argument("--scenarios", default="1,4", help="which scenarios to run")
+    parser.add_argument(
+        "--mirror-messages", type=int, default=1_000_000, help="scenario 3: messages to copy"
+    )
+    parser.add_argument(
+        "--mirror-pause",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="scenario 3: how long the target's brokers 4 and 5 stay paused",
+    )
+    parser.add_argument(
+        "--mirror-pause-after",
+        type=float,
+        default=0.3,
+        metavar="FRACTION",
+        help="scenario 3: pause once the copy holds this fraction of the messages",
+    )
+    parser.add_argument(
+        "--spark-rows", type=int, default=1_000_000, help="scenario 2: rows the job writes"
+    )
+    parser.add_argument(
+        "--spark-pause",
+        type=float,
+        default=150.0,
+        metavar="SECONDS",
+        help="scenario 2: the longest brokers 4 and 5 stay paused (they resume when the job ends)",
+    )
+    parser.add_argument("--scenarios", default="1,2,3,4", help="which scenarios to run")
     args = parser.parse_args(argv)
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -118,6 +205,33 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [
         c for c in contenders(program, log) if not only or any(w in c.name.lower() for w in only)
     ]
+    mirrormaker: str | None = None
+    mirrormaker_error = ""
+    if "3" in scenarios:
+        try:
+            mirrormaker = processes.mirrormaker_classpath()
+        except Exception as exc:  # reported in the notes, failover-mirror still runs
+            mirrormaker_error = str(exc)
+            progress(f"compare: MirrorMaker 2 cannot run: {exc}")
+    mirrors = [
+        m
+        for m in mirror_contenders(mirrormaker)
+        if not only or any(w in m.name.lower() for w in only)
+    ]
+    sink: list[str] | None = None
+    sink_error = ""
+    if "2" in scenarios:
+        try:
+            sink = sink_jars()
+        except Exception as exc:  # reported in the notes, write_to_kafka still runs
+            sink_error = str(exc)
+            progress(f"compare: Spark's Kafka sink cannot run: {exc}")
+    writers = [
+        w
+        for w in spark_contenders()
+        if (sink is not None or w.write is failover_writer)
+        and (not only or any(word in w.name.lower() for word in only))
+    ]
     jars = ensure_jars()
     meta: dict[str, object] = {
         "kafka": jars.version,
@@ -127,11 +241,21 @@ def main(argv: list[str] | None = None) -> int:
         "scenario_1": {"rate_per_s": args.rate, "duration_s": args.duration, "fault_s": args.fault,
                        "paused_brokers": [4, 5], "partitions": 12, "replication_factor": 3,
                        "min_insync_replicas": 2, "value_bytes": 100},
+        "scenario_2": {"rows": args.spark_rows, "max_pause_s": args.spark_pause,
+                       "paused_brokers": [4, 5], "pause_from": "a tenth of the rows stored",
+                       "master": "local[2,4]", "spark_partitions": 8, "value_bytes": 100,
+                       "sink_unavailable": sink_error, "sink_jars": sink or [],
+                       "writers": {w.name: w.note for w in writers}},
+        "scenario_3": {"messages": args.mirror_messages, "pause_s": args.mirror_pause,
+                       "pause_after_fraction": args.mirror_pause_after, "paused_brokers": [4, 5],
+                       "source": "same cluster, brokers 1-3", "value_bytes": 100,
+                       "mirrormaker_unavailable": mirrormaker_error,
+                       "mirrors": {m.name: m.note for m in mirrors}},
         "scenario_4": {"messages_per_round": args.messages, "rounds": args.rounds,
                        "value_bytes": 100},
         "contenders": {c.name: c.note for c in chosen},
     }  # fmt: skip
-    faults, speeds = [], []
+    faults, jobs, copies, speeds = [], [], [], []
     started = time.monotonic()
     with KafkaCluster(5, min_insync_replicas=2, jars=jars) as cluster:
         progress(
@@ -146,6 +270,32 @@ def main(argv: list[str] | None = None) -> int:
                     Load(rate_per_s=args.rate, duration_s=args.duration),
                     fault_start_s=args.fault[0],
                     fault_end_s=args.fault[1],
+                    progress=progress,
+                )
+            if "2" in scenarios:
+                progress("scenario 2, a Spark job writing to Kafka:")
+                spark = session(sink or [])
+                try:
+                    jobs = writers_under_fault(
+                        cluster,
+                        spark,
+                        writers,
+                        args.spark_rows,
+                        max_pause_s=args.spark_pause,
+                        progress=progress,
+                    )
+                finally:
+                    spark.stop()
+            if "3" in scenarios:
+                progress("scenario 3, mirrors copying a topic:")
+                copies = mirrors_copying(
+                    cluster,
+                    mirrors,
+                    args.mirror_messages,
+                    out,
+                    pause_after=args.mirror_pause_after,
+                    pause_s=args.mirror_pause,
+                    timeout_s=max(300.0, args.mirror_messages / 1000),
                     progress=progress,
                 )
             if "4" in scenarios:
@@ -177,7 +327,25 @@ def main(argv: list[str] | None = None) -> int:
             f"Kafka {jars.version}"
         )
         progress(fault_table(faults))
-        plot(out / "delivered-per-second.png", faults, *args.fault)
+        plot(out / "delivered-per-second.png", faults, *args.fault, version=jars.version)
+    if jobs:
+        progress("")
+        progress(
+            f"Scenario 2: a Spark job (local[2,4], 8 partitions) writing {args.spark_rows:,} "
+            f"rows of 100 bytes, healthy, then with brokers 4 and 5 paused from a tenth of the "
+            f"rows until the job ended (at most {args.spark_pause:g} s); Kafka {jars.version}"
+        )
+        progress(spark_table(jobs))
+    if copies:
+        progress("")
+        progress(
+            f"Scenario 3: {args.mirror_messages:,} messages of 100 bytes copied from a topic on "
+            f"brokers 1-3 to a renamed copy on the same cluster (12 partitions RF 3), healthy, "
+            f"then with brokers 4 and 5 paused {args.mirror_pause:g} s from "
+            f"{args.mirror_pause_after:.0%} copied; Kafka {jars.version}"
+        )
+        progress(mirror_table(copies))
+        plot_mirrors(out / "copied-per-second.png", copies, args.mirror_pause, version=jars.version)
     if speeds:
         progress("")
         progress(
@@ -185,12 +353,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.rounds} alternated rounds, healthy cluster"
         )
         progress(throughput_table(speeds))
-    write_json(out / "report.json", meta, producers_under_fault=faults, throughput=speeds)
-    progress("")
-    progress(
-        f"compare: report {out / 'report.json'}"
-        + (f", plot {out / 'delivered-per-second.png'}" if faults else "")
+    write_json(
+        out / "report.json",
+        meta,
+        producers_under_fault=faults,
+        spark_jobs=jobs,
+        mirrors=copies,
+        throughput=speeds,
     )
+    plots = [
+        str(out / name)
+        for name, shown in (("delivered-per-second.png", faults), ("copied-per-second.png", copies))
+        if shown
+    ]
+    progress("")
+    progress(f"compare: report {out / 'report.json'}" + "".join(f", plot {p}" for p in plots))
     progress(f"compare: logs {log_path} (brokers: {out / 'broker-logs'}); load average now "
              + " ".join(f"{x:.2f}" for x in os.getloadavg()))  # fmt: skip
     return 0

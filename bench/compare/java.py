@@ -2,7 +2,8 @@
 
 The jars come from ``bench/compare/pom.xml`` (``mvn dependency:copy-dependencies``) and the class
 from ``JavaProducer.java`` (``javac``), both into a cache folder named after the pom's and the
-source's contents, next to the broker's jars (``tests/realkafka/jars.py``), and reused after.
+source's contents, next to the broker's jars (``tests/realkafka/jars.py``), and reused after
+(``fetched``, which MirrorMaker 2's jars go through too).
 Each run is one JVM, started in a session of its own and killed by its process id when the run
 ends, however it ends.
 """
@@ -34,46 +35,65 @@ class JavaProgram:
     classpath: str
 
 
-def _tool(name: str) -> str:
+def tool(name: str) -> str:
     home = os.environ.get("JAVA_HOME")
     path = str(Path(home) / "bin" / name) if home else shutil.which(name)
     if not path or not Path(path).exists():
-        raise Unavailable(f"the Java producer needs `{name}` (a JDK 17+) on PATH or in JAVA_HOME")
+        raise Unavailable(f"the Java contenders need `{name}` (a JDK 17+) on PATH or in JAVA_HOME")
     return path
+
+
+def fetched(
+    pom: Path,
+    *,
+    inputs: Sequence[Path] = (),
+    build: Sequence[Sequence[str]] = (),
+    timeout_s: float = 600.0,
+) -> Path:
+    """The runtime jars of ``pom`` in ``<folder>/lib``, fetched with Maven on first use.
+
+    ``build`` are further commands run after the fetch, with ``{staging}`` in their arguments
+    standing for the folder being filled; ``inputs`` are the files they read, so a change to one
+    fetches and builds anew beside the old folder.
+    """
+    digest = hashlib.sha256(
+        pom.read_bytes() + b"".join(path.read_bytes() for path in inputs)
+    ).hexdigest()[:16]
+    folder = cache_root().parent / "compare" / digest
+    if (folder / _DONE).exists():
+        return folder
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise Unavailable(f"the jars of {pom.name} come from Maven Central: `mvn` is missing")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="fetch-", dir=folder.parent))
+    try:
+        fetch = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                 "-DincludeScope=runtime", f"-DoutputDirectory={staging / 'lib'}"]  # fmt: skip
+        for command in (fetch, *build):
+            command = [part.replace("{staging}", str(staging)) for part in command]
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
+            if done.returncode != 0:
+                tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+                raise Unavailable(f"`{Path(command[0]).name}` failed:\n" + "\n".join(tail))
+        (staging / _DONE).write_text(digest)
+        if folder.exists():
+            shutil.rmtree(staging)
+        else:
+            staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder
 
 
 def ensure_program(timeout_s: float = 600.0) -> JavaProgram:
     """kafka-clients and the compiled JavaProducer, fetched and built on first use."""
-    java, javac = _tool("java"), _tool("javac")
-    digest = hashlib.sha256(POM.read_bytes() + SOURCE.read_bytes()).hexdigest()[:16]
-    folder = cache_root().parent / "compare" / digest
-    if not (folder / _DONE).exists():
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise Unavailable("the Java producer's jars come from Maven Central: `mvn` is missing")
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix="fetch-", dir=folder.parent))
-        try:
-            for command in (
-                [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-                 "-DincludeScope=runtime", f"-DoutputDirectory={staging / 'lib'}"],
-                [javac, "-nowarn", "-d", str(staging / "classes"),
-                 "-cp", str(staging / "lib" / "*"), str(SOURCE)],
-            ):  # fmt: skip
-                done = subprocess.run(
-                    command, capture_output=True, text=True, timeout=timeout_s, check=False
-                )
-                if done.returncode != 0:
-                    tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
-                    raise Unavailable(f"`{Path(command[0]).name}` failed:\n" + "\n".join(tail))
-            (staging / _DONE).write_text(digest)
-            if folder.exists():
-                shutil.rmtree(staging)
-            else:
-                staging.rename(folder)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+    java, javac = tool("java"), tool("javac")
+    compile_ = [javac, "-nowarn", "-d", "{staging}/classes", "-cp", "{staging}/lib/*", str(SOURCE)]
+    folder = fetched(POM, inputs=(SOURCE,), build=(compile_,), timeout_s=timeout_s)
     classpath = os.pathsep.join([str(folder / "classes"), str(folder / "lib" / "*")])
     return JavaProgram(java=java, classpath=classpath)
 

@@ -1629,25 +1629,20 @@ class FailoverProducer:
         """The topic's current health snapshot (fetches metadata if the topic is new)."""
         state = self._topics.get(topic)
         if state is None:
-            self._check_not_in_callback("health")
-            if self._closed:  # the client is gone: its metadata cannot be fetched
-                raise ProducerClosed(f"health({topic!r}) of a new topic after close()")
-            with self._topics_lock:
-                self._watched.add(topic)
-            try:
-                self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
-            except MetadataUnavailable as exc:
-                self._raise_if_refused(exc)
-                raise
-            state = self._topics[topic]
+            return self._fetch_now(topic, timeout, "health", f"health({topic!r}) of a new topic")
         return state.view
 
     def refresh(self, topic: str, timeout: float | None = None) -> TopicView:
         """Fetch ``topic``'s metadata now rather than at the next periodic refresh (after
         partitions were added to it, say); returns its new health snapshot."""
-        self._check_not_in_callback("refresh")
-        if self._closed:
-            raise ProducerClosed(f"refresh({topic!r}) after close()")
+        return self._fetch_now(topic, timeout, "refresh", f"refresh({topic!r})")
+
+    def _fetch_now(self, topic: str, timeout: float | None, name: str, call: str) -> TopicView:
+        """``topic``'s metadata fetched now, for the method ``name`` (``call`` as the user
+        wrote it, for the error after close)."""
+        self._check_not_in_callback(name)
+        if self._closed:  # the client is gone: its metadata cannot be fetched
+            raise ProducerClosed(f"{call} after close()")
         with self._topics_lock:
             self._watched.add(topic)
         try:

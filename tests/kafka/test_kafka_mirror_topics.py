@@ -18,6 +18,7 @@ in this process with the real clients it builds itself (consumer, producers, adm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -25,8 +26,9 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
+    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -113,12 +115,30 @@ def group_away_from_faults(cluster: KafkaCluster, prefix: str) -> str:
         # The first group request creates __consumer_offsets.
         committed(cluster.bootstrap_servers, "warm-up", "__consumer_offsets", 1)
         wait_for(lambda: bool(offsets_layout()), 60, "__consumer_offsets")
+
+    def usable() -> list[int]:
+        return [
+            p
+            for p, v in offsets_layout().items()
+            if v.leader not in FAULTY and not set(FAULTY) <= set(v.replicas)
+        ]
+
+    if not usable():
+        # Earlier faults (a chaos run) can leave every leader on the brokers this test pauses:
+        # give leadership back to the preferred replicas, as Kafka's own rebalance later would.
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
+        partitions = [TopicPartition("__consumer_offsets", p) for p in offsets_layout()]
+        # Refused for partitions whose preferred replica leads already or lags: fine.
+        with contextlib.suppress(KafkaException):
+            admin.elect_leaders(ElectionType.PREFERRED, partitions, request_timeout=30).result()
+        wait_for(lambda: bool(usable()), 60, "a group coordinator away from the faults")
     layout = offsets_layout()
-    while True:
+    good = set(usable())
+    for _ in range(100_000):
         group = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        view = layout[_java_abs(_java_hash(group)) % len(layout)]
-        if view.leader not in FAULTY and not set(FAULTY) <= set(view.replicas):
+        if _java_abs(_java_hash(group)) % len(layout) in good:
             return group
+    raise AssertionError(f"no group id maps to a __consumer_offsets partition in {sorted(good)}")
 
 
 def _java_hash(text: str) -> int:

@@ -250,6 +250,8 @@ class Mirror:
         self._admin_factory = admin_factory
         self._topic_sync: TopicSync | None = None
         self._next_config_sync = 0.0
+        # Source topic -> partition count, as the last successful topic sync saw them.
+        self._synced_shape: dict[str, int] = {}
         # Target topic -> True while its messages keep their source partition number.
         self._preserve: dict[str, bool] = {}
         self._short_warned: set[str] = set()
@@ -739,11 +741,23 @@ class Mirror:
         every ``config_sync_interval_s`` configs), then decide each one's placement. False
         when a cluster could not be read: the caller keeps its subscription as it is."""
         sync = self._topic_sync
-        if sync is not None and topics:
-            now = self._clock()
-            configs = now >= self._next_config_sync
+        now = self._clock()
+        configs = now >= self._next_config_sync
+        # What the source looks like (topics and partition counts): while it stays as the last
+        # sync saw it and configs are not due, there is nothing to do, and the loop asks
+        # neither cluster anything (a request to a hung broker would hold it).
+        shape = (
+            {t: len(md.partitions) for t in topics if (md := source_md.topics.get(t))}
+            if sync is not None
+            else {}
+        )
+        if sync is not None and topics and (configs or shape != self._synced_shape):
             try:
-                sync.sync([(t, self._router.target(t)) for t in topics], configs=configs)
+                sync.sync(
+                    [(t, self._router.target(t)) for t in topics],
+                    configs=configs,
+                    source_topics=source_md.topics,
+                )
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if isinstance(err, KafkaError) and err.code() in _REFUSED:
@@ -759,6 +773,7 @@ class Mirror:
                 return False
             if configs:
                 self._next_config_sync = now + self._options.config_sync_interval_s
+            self._synced_shape = shape
             for target in sync.changed:
                 self._refresh_target(target)
         for topic in topics:

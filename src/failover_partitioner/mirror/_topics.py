@@ -219,8 +219,15 @@ class TopicSync:
         self.changed: set[str] = set()
         """Target topics the last sync created or gave partitions to."""
 
-    def sync(self, pairs: Sequence[tuple[str, str]], *, configs: bool) -> list[TopicPlan]:
+    def sync(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        *,
+        configs: bool,
+        source_topics: Mapping[str, Any] | None = None,
+    ) -> list[TopicPlan]:
         """Read source and target topics of ``pairs`` (source, target) and act on the plans.
+        ``source_topics``: the source's topic metadata when the caller has just read it.
 
         Raises :class:`TopicSyncError` when the target refuses to create or grow a topic, and
         ``KafkaException`` when a cluster cannot be read. A refused config change is logged
@@ -229,7 +236,11 @@ class TopicSync:
         if not pairs:
             return []
         timeout = self._timeout_s
-        src_md = self._source.list_topics(timeout=timeout).topics
+        src_md = (
+            self._source.list_topics(timeout=timeout).topics
+            if source_topics is None
+            else source_topics
+        )
         dst_md = self._target.list_topics(timeout=timeout).topics
         sources = {s: t for s, t in pairs if s in src_md}
         existing = [t for t in sources.values() if _exists(dst_md.get(t))]
