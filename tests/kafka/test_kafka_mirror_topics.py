@@ -128,9 +128,10 @@ def group_away_from_faults(cluster: KafkaCluster, prefix: str) -> str:
         # give leadership back to the preferred replicas, as Kafka's own rebalance later would.
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
         partitions = [TopicPartition("__consumer_offsets", p) for p in offsets_layout()]
-        # Refused for partitions whose preferred replica leads already or lags: fine.
-        with contextlib.suppress(KafkaException):
-            admin.elect_leaders(ElectionType.PREFERRED, partitions, request_timeout=30).result()
+        # Refused for partitions whose preferred replica leads already or lags: fine. (No
+        # request_timeout: confluent-kafka 2.16's binding fails on that keyword, SystemError.)
+        with contextlib.suppress(KafkaException, TimeoutError):
+            admin.elect_leaders(ElectionType.PREFERRED, partitions).result(timeout=60)
         wait_for(lambda: bool(usable()), 60, "a group coordinator away from the faults")
     layout = offsets_layout()
     good = set(usable())
