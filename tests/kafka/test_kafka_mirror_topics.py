@@ -131,10 +131,14 @@ def group_away_from_faults(cluster: KafkaCluster, prefix: str) -> str:
         # Refused for partitions whose preferred replica leads already or lags: fine. (No
         # request_timeout: confluent-kafka 2.16's binding fails on that keyword, SystemError.)
         with contextlib.suppress(KafkaException, TimeoutError):
-            admin.elect_leaders(ElectionType.PREFERRED, partitions).result(timeout=60)
-        wait_for(lambda: bool(usable()), 60, "a group coordinator away from the faults")
+            admin.elect_leaders(ElectionType.PREFERRED, partitions).result(timeout=30)
+        deadline = time.monotonic() + 20
+        while not usable() and time.monotonic() < deadline:
+            time.sleep(0.5)
     layout = offsets_layout()
-    good = set(usable())
+    # Best: a coordinator that stays up and keeps min ISR; else one that stays up; else any
+    # (the group then waits for its coordinator to move, as it would on any cluster).
+    good = set(usable()) or {p for p, v in layout.items() if v.leader not in FAULTY} or set(layout)
     for _ in range(100_000):
         group = f"{prefix}-{uuid.uuid4().hex[:8]}"
         if _java_abs(_java_hash(group)) % len(layout) in good:
