@@ -15,18 +15,16 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tests.realkafka.jars import Unavailable, cache_root
+from tests.realkafka.jars import Unavailable, cache_root, maven_fetch
 
 HERE = Path(__file__).parent
 POM = HERE / "pom.xml"
 SOURCE = HERE / "JavaProducer.java"
-_DONE = ".complete"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,33 +58,7 @@ def fetched(
         pom.read_bytes() + b"".join(path.read_bytes() for path in inputs)
     ).hexdigest()[:16]
     folder = cache_root().parent / "compare" / digest
-    if (folder / _DONE).exists():
-        return folder
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise Unavailable(f"the jars of {pom.name} come from Maven Central: `mvn` is missing")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="fetch-", dir=folder.parent))
-    try:
-        fetch = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                 "-DincludeScope=runtime", f"-DoutputDirectory={staging / 'lib'}"]  # fmt: skip
-        for command in (fetch, *build):
-            command = [part.replace("{staging}", str(staging)) for part in command]
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout_s, check=False
-            )
-            if done.returncode != 0:
-                tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
-                raise Unavailable(f"`{Path(command[0]).name}` failed:\n" + "\n".join(tail))
-        (staging / _DONE).write_text(digest)
-        if folder.exists():
-            shutil.rmtree(staging)
-        else:
-            staging.rename(folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return folder
+    return maven_fetch(pom, folder, jars_in="lib", build=build, timeout_s=timeout_s)
 
 
 def ensure_program(timeout_s: float = 600.0) -> JavaProgram:

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,44 +65,55 @@ def _java() -> str:
 def ensure_jars(timeout_s: float = 600.0) -> KafkaJars:
     """The jars of the pom's Kafka release, fetched with Maven on first use."""
     java = _java()
-    pom = POM.read_bytes()
-    folder = cache_root() / hashlib.sha256(pom).hexdigest()[:16]
+    folder = cache_root() / hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
     version = kafka_version()
+    if not (folder / _DONE).exists():
+        if shutil.which("mvn") is None:
+            raise Unavailable(
+                "real Kafka's jars come from Maven Central and `mvn` is not on PATH: install "
+                "Maven (e.g. `apt install maven`), or point REALKAFKA_CACHE at a folder fetched "
+                "elsewhere"
+            )
+        maven_fetch(POM, folder, timeout_s=timeout_s)
+    return KafkaJars(version=version, folder=folder, java=java)
+
+
+def maven_fetch(
+    pom: Path,
+    folder: Path,
+    *,
+    jars_in: str = "",
+    build: Sequence[Sequence[str]] = (),
+    timeout_s: float = 600.0,
+) -> Path:
+    """``pom``'s runtime jars in ``folder`` (its ``jars_in`` subfolder), fetched with Maven
+    unless an earlier run completed it. ``build`` are further commands run after the fetch,
+    ``{staging}`` in their arguments standing for the folder being filled. The folder is filled
+    beside its place and moved there whole, so a run that fails or races another leaves no
+    half-filled cache."""
     if (folder / _DONE).exists():
-        return KafkaJars(version=version, folder=folder, java=java)
+        return folder
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise Unavailable(
-            "real Kafka's jars come from Maven Central and `mvn` is not on PATH: install Maven "
-            "(e.g. `apt install maven`), or point REALKAFKA_CACHE at a folder fetched elsewhere"
-        )
+        raise Unavailable(f"the jars of {pom.name} come from Maven Central: `mvn` is missing")
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="fetch-", dir=folder.parent))
     try:
-        done = subprocess.run(
-            [
-                mvn,
-                "-q",
-                "-B",
-                "-f",
-                str(POM),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        if done.returncode != 0:
-            tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
-            raise Unavailable(
-                f"`mvn dependency:copy-dependencies` for Kafka {version} failed "
-                f"(exit {done.returncode}); is Maven Central reachable? Its last lines:\n"
-                + "\n".join(tail)
+        fetch = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                 "-DincludeScope=runtime", f"-DoutputDirectory={staging / jars_in}"]  # fmt: skip
+        for command in (fetch, *build):
+            command = [part.replace("{staging}", str(staging)) for part in command]
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout_s, check=False
             )
-        (staging / _DONE).write_text(version)
+            if done.returncode != 0:
+                tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+                raise Unavailable(
+                    f"`{Path(command[0]).name}` for {pom.name} failed "
+                    f"(exit {done.returncode}); is Maven Central reachable? Its last lines:\n"
+                    + "\n".join(tail)
+                )
+        (staging / _DONE).write_text(pom.name)
         if folder.exists():  # another run finished first: keep its copy
             shutil.rmtree(staging)
         else:
@@ -109,4 +121,4 @@ def ensure_jars(timeout_s: float = 600.0) -> KafkaJars:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return KafkaJars(version=version, folder=folder, java=java)
+    return folder
