@@ -60,26 +60,17 @@ from failover_partitioner._config import (
     producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
-from failover_partitioner._topics import check_topic
-from failover_partitioner.choose import ChoiceOptions, PartitionChooser
+from failover_partitioner.core import NO_TOPIC, FailoverCore, check_topic
 from failover_partitioner.errors import (
     AuthenticationFailed,
     FailoverError,
     MetadataUnavailable,
-    NoUsablePartition,
     ProducerClosed,
     ProduceTimeout,
-    try_alone,
 )
-from failover_partitioner.health import (
-    PartitionHealth,
-    TopicMetadata,
-    TopicView,
-    partition_health,
-)
+from failover_partitioner.health import TopicMetadata, TopicView
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
 from failover_partitioner.producer import ProducerStatistics
-from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
 from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout
 
 __all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]
@@ -181,35 +172,11 @@ class _Lane:
         return None
 
 
-class _TopicState:
-    """One topic: its latest metadata, quarantine, chooser and partition lanes."""
-
-    __slots__ = ("chooser", "lanes", "metadata", "quarantine", "quarantines")
-
-    def __init__(
-        self, metadata: TopicMetadata, policy: QuarantinePolicy, options: ChoiceOptions
-    ) -> None:
-        self.metadata = metadata
-        self.quarantine = Quarantine(policy)
-        self.quarantines = 0
-        self.chooser = PartitionChooser(TopicView.build(metadata), options)
-        self.lanes: list[_Lane] = []
-
-    def rebuild(self) -> None:
-        self.chooser.update(TopicView.build(self.metadata, self.quarantine.partitions))
-
-    def usable_by_metadata(self, partition: int) -> bool:
-        parts = self.metadata.partitions
-        if partition >= len(parts):
-            return False
-        state = partition_health(parts[partition], self.metadata.min_insync_replicas)
-        return state is not PartitionHealth.UNAVAILABLE
-
-    def lane(self, partition: int) -> _Lane:
-        lanes = self.lanes
-        while len(lanes) <= partition:
-            lanes.append(_Lane(self.metadata.topic, len(lanes)))
-        return lanes[partition]
+def _lane(lanes: list[_Lane], topic: str, partition: int) -> _Lane:
+    """``topic`` [``partition``]'s lane, made on first use."""
+    while len(lanes) <= partition:
+        lanes.append(_Lane(topic, len(lanes)))
+    return lanes[partition]
 
 
 def _as_bytes(what: str, topic: str, value: object) -> bytes | None:
@@ -317,17 +284,15 @@ class AsyncFailoverProducer:
             metrics_port=metrics_port,
             dead_letter_args="message, exc",
         )
-        self._options = opts.choice
         self._produce_timeout_s = opts.produce_timeout_s
         self._metadata_timeout_s = opts.metadata_timeout_s
-        self._qpolicy = opts.quarantine
         self._opts = opts  # the refresher's settings (checked above), for start()
 
         self._settings = settings
         self._message_id_header = message_id_header
         self._id_prefix = os.urandom(8).hex().encode()
         self._dead_letter = dead_letter
-        self._count_bytes = self._options.counts_bytes
+        self._count_bytes = opts.choice.counts_bytes
         self._name = settings.client_id or f"failover-async-producer-{next(_names)}"
         self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
 
@@ -336,13 +301,17 @@ class AsyncFailoverProducer:
             policy=opts.retry_policy,
             on_final_failure=self._on_final_failure,
         )
+        # The decisions (routing, failures, quarantine, retries); one event loop: no lock.
+        self._core: FailoverCore[Entry[_Message]] = FailoverCore(
+            self._buffer, options=opts.choice, quarantine=opts.quarantine, clock=time.monotonic
+        )
         self._state = _NEW
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inner: Any = None
         self._first_answer = False
         self._meta: AioMetadataRefresher | None = None
         self._metrics: ProducerMetrics | None = None
-        self._topics: dict[str, _TopicState] = {}
+        self._lanes: dict[str, list[_Lane]] = {}
         self._first_fetch: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._retry_task: asyncio.Task[None] | None = None
@@ -352,9 +321,6 @@ class AsyncFailoverProducer:
         self._backlog = False
         self._undelivered: list[UndeliveredMessage] | None = None
         self._stopping: asyncio.Task[list[UndeliveredMessage]] | None = None
-        self._rerouted = 0
-        self._quarantines = 0
-        self._ambiguous = 0  # failed attempts that may have been written: the most extra copies
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -440,7 +406,7 @@ class AsyncFailoverProducer:
             # the tasks and the I/O a turn, as aiokafka's send does when a batch is full.
             await asyncio.sleep(0)
         msg = self._message(topic, value, key, headers, timestamp_ms)
-        if topic not in self._topics:
+        if topic not in self._core.topics:
             await self._first_metadata(topic)
             if self._state != _RUNNING:
                 raise self._not_running(topic)
@@ -482,7 +448,7 @@ class AsyncFailoverProducer:
         self, topic: str, value: object, key: object, headers: object, timestamp_ms: int | None
     ) -> _Message:
         """Validate and serialise a message; raises before anything is accepted."""
-        if topic not in self._topics:
+        if topic not in self._core.topics:
             check_topic(topic)  # a known topic was checked when first seen
         settings = self._settings
         if settings.key_serializer is not None:
@@ -536,41 +502,25 @@ class AsyncFailoverProducer:
     def _dispatch(self, msg: _Message) -> None:
         """Choose a partition and append ``msg`` to its open batch, or let it wait."""
         topic = msg.topic
-        state = self._topics.get(topic)
-        if state is None:
-            self._wait(msg, NoUsablePartition(f"no metadata yet for topic {topic!r}"))
-            return
-        chooser = state.chooser
-        key = msg.key
-        if key is None:
-            p = chooser.keyless(len(msg.value or b"") if self._count_bytes else 0)
-        else:
-            p = chooser.keyed(key)
+        core = self._core
+        p = core.route(topic, msg.key, len(msg.value or b"") if self._count_bytes else 0)
+        assert msg.entry is not None
         if p < 0:
-            if not state.metadata.exists:
-                assert msg.entry is not None
-                self._buffer.failed(
-                    msg.entry,
-                    UnknownTopicOrPartitionError(
-                        f"topic {topic!r} does not exist (per cluster metadata)"
-                    ),
-                    retriable=False,
+            if p == NO_TOPIC:
+                error = UnknownTopicOrPartitionError(
+                    f"topic {topic!r} does not exist (per cluster metadata)"
                 )
-                return
-            self._wait(msg, NoUsablePartition(f"no usable partition of {topic!r} for this message"))
+                core.end(msg.entry, error)
+            elif core.hold(msg.entry, topic, p):
+                self._retry_wake.set()
             return
-        previous = msg.partition
-        if previous >= 0 and previous != p:
-            self._rerouted += 1
+        core.sent(msg.partition, p)
         msg.partition = p
         msg.attempts += 1
-        self._append(state.lane(p), msg)
-
-    def _wait(self, msg: _Message, error: object) -> None:
-        """Put ``msg`` in the failed buffer without an attempt (nothing usable)."""
-        assert msg.entry is not None
-        if self._buffer.failed(msg.entry, error, retriable=True):
-            self._retry_wake.set()
+        lanes = self._lanes.get(topic)
+        if lanes is None:
+            lanes = self._lanes[topic] = []
+        self._append(_lane(lanes, topic, p), msg)
 
     def _append(self, lane: _Lane, msg: _Message) -> None:
         batch = lane.open
@@ -684,30 +634,28 @@ class AsyncFailoverProducer:
     def _batch_failed(self, batch: _Batch, exc: BaseException) -> None:
         ec = error_class(exc)
         lane = batch.lane
-        if ec.quarantine:
-            self._quarantine(lane.topic, lane.partition)
-        elif ec.refresh_metadata and self._meta is not None:
-            self._meta.request_refresh(lane.topic)
-        if ec.refresh_metadata:
+        heed = self._core.heed(lane.topic, lane.partition, ec)
+        meta = self._meta
+        if heed.quarantined and meta is not None:
+            meta.set_fast(lane.topic, True)
+            self._retry_wake.set()
+        if heed.refresh:
+            if meta is not None:
+                meta.request_refresh(lane.topic)
             # The inner client does not refresh its own routing for an error it does not retry.
             self._inner.client.force_metadata_update()
-        # A batch refused for one record's sake is split: its messages are tried alone.
-        split = try_alone(ec, batch_size=len(batch.messages), alone=False)
-        failed = self._buffer.failed
+        failed = self._core.failed
+        size = len(batch.messages)
         queued = False
         for m in batch.messages:
             m.sent = False
             assert m.entry is not None
-            if split:
-                m.solo = True
-                queued |= failed(m.entry, exc, retriable=True)
-                continue
-            if ec.possibly_persisted:
+            # A batch refused for one record's sake is split: its messages are tried alone.
+            verdict = failed(m.entry, exc, ec, batch_size=size, alone=m.solo)
+            m.solo = verdict.alone
+            if verdict.possibly_persisted:
                 m.dup = True
-                self._ambiguous += 1
-            queued |= failed(
-                m.entry, exc, retriable=ec.retriable, possibly_persisted=ec.possibly_persisted
-            )
+            queued |= verdict.queued
         if queued:
             self._retry_wake.set()
 
@@ -726,60 +674,18 @@ class AsyncFailoverProducer:
             # A copy per message, so tracebacks of a shared batch error do not pile up.
             msg.future.set_exception(copy.copy(exc))
 
-    def _quarantine(self, topic: str, partition: int) -> None:
-        state = self._topics.get(topic)
-        meta = self._meta
-        if state is None or meta is None or partition >= len(state.metadata.partitions):
-            return
-        q = state.quarantine
-        if q.strike(partition, time.monotonic()):
-            state.quarantines += 1
-            self._quarantines += 1
-            state.rebuild()
-            logger.info(
-                "partition %s-%d quarantined for %.2f s (strike %d)",
-                topic,
-                partition,
-                q.policy.backoff_s(q.strikes(partition)),
-                q.strikes(partition),
-            )
-            meta.set_fast(topic, True)
-            self._retry_wake.set()
-        meta.request_refresh(topic)
-
     # -- metadata ---------------------------------------------------------------------------
 
     def _on_metadata(self, md: TopicMetadata) -> None:
-        topic = md.topic
-        state = self._topics.get(topic)
-        if state is None:
-            state = self._topics[topic] = _TopicState(md, self._qpolicy, self._options)
-            self._watch_closely(topic, state)
-            self._retry_wake.set()
-            return
-        old = state.metadata
-        state.metadata = md
-        if self._inner is not None and [p.leader for p in old.partitions] != [
-            p.leader for p in md.partitions
-        ]:
+        change = self._core.metadata(md)
+        if change.leaders_moved and self._inner is not None:
             # Leaders moved: have the inner client route by the new ones before it is told
             # so by a failed request.
             self._inner.client.force_metadata_update()
-        if len(md.partitions) < len(old.partitions):
-            state.quarantine.forget(range(len(md.partitions), len(old.partitions)))
-        released = state.quarantine.release_due(time.monotonic(), state.usable_by_metadata)
-        if released:
-            logger.info("partitions %s of %s released from quarantine", released, topic)
-        state.rebuild()
         if self._meta is not None:
-            self._watch_closely(topic, state)
+            # Watched closely while anything is out of use: its recovery lets messages back.
+            self._meta.set_fast(md.topic, change.fast)
         self._retry_wake.set()
-
-    def _watch_closely(self, topic: str, state: _TopicState) -> None:
-        # Fast refresh while any partition is out of use, quarantined or degraded: its
-        # recovery is what lets waiting messages (and moved keys) go back.
-        if self._meta is not None:
-            self._meta.set_fast(topic, bool(state.chooser.view.unavailable))
 
     async def _first_metadata(self, topic: str) -> None:
         """The first send to a topic waits (bounded) for its metadata, once."""
@@ -812,38 +718,18 @@ class AsyncFailoverProducer:
 
     def _service(self) -> float:
         """Release due quarantines and send due failed messages again; seconds to the next."""
-        now = time.monotonic()
-        next_at = now + 1.0
-        for topic, state in self._topics.items():
-            q = state.quarantine
-            if not len(q):
-                continue
-            released = q.release_due(now, state.usable_by_metadata)
-            if released:
-                state.rebuild()
-                logger.info("partitions %s of %s released from quarantine", released, topic)
-            until = q.next_release_at()
-            if until is None:
-                self._watch_closely(topic, state)
-            elif until > now:
-                # A back-off that has ended waits for metadata showing the partition usable;
-                # the metadata update releases it.
-                next_at = min(next_at, until)
-        buffer = self._buffer
-        if buffer.closed:
+        core = self._core
+        tick = core.tick()
+        if self._meta is not None:
+            for topic, fast in tick.fast.items():
+                self._meta.set_fast(topic, fast)
+        if self._buffer.closed:
             return 1.0
-        take = buffer.take_failed
-        dispatch = self._dispatch
-        for _ in range(buffer.limit):
-            entry = take()
-            if entry is None:
-                break
-            dispatch(entry.item)
-        due_in = buffer.next_due_in()
+        for entry in core.due():
+            self._dispatch(entry.item)
         now = time.monotonic()
-        if due_in is not None:
-            next_at = min(next_at, now + due_in)
-        return max(0.0, next_at - now)
+        next_at = core.next_at(tick)
+        return 1.0 if next_at is None else max(0.0, min(next_at - now, 1.0))
 
     # -- flush and stop -----------------------------------------------------------------------
 
@@ -942,7 +828,7 @@ class AsyncFailoverProducer:
         Raises :class:`MetadataUnavailable` for a topic the producer has no metadata for yet
         (``await refresh(topic)`` fetches it).
         """
-        state = self._topics.get(topic)
+        state = self._core.topics.get(topic)
         if state is None:
             raise MetadataUnavailable(
                 f"no metadata for topic {topic!r} yet; send to it or await refresh({topic!r})"
@@ -979,10 +865,10 @@ class AsyncFailoverProducer:
             "failed_buffer_depth": s.failed_depth,
             "peak_failed_buffer_depth": s.peak_failed_depth,
             "retries": s.retries,
-            "rerouted": self._rerouted,
+            "rerouted": self._core.rerouted,
             "possible_duplicates": s.possibly_duplicated,
-            "ambiguous_failures": self._ambiguous,
-            "quarantines": self._quarantines,
+            "ambiguous_failures": self._core.ambiguous,
+            "quarantines": self._core.quarantines,
             "max_in_flight": s.limit,
         }
         # Filled by field name: both producers report the one ProducerStatistics type.
@@ -1002,7 +888,7 @@ class AsyncFailoverProducer:
         # Called from the scraping thread: read, never change, and copy containers first.
         s = self._buffer.statistics()
         topics = {}
-        for topic, state in list(self._topics.items()):
+        for topic, state in list(self._core.topics.items()):
             counts = state.chooser.view.counts()
             topics[topic] = TopicMetrics(
                 partitions_by_state={k.name: v for k, v in counts.items()},
@@ -1012,7 +898,7 @@ class AsyncFailoverProducer:
         return MetricsSnapshot(
             produced=s.admitted,
             delivered=s.delivered,
-            rerouted=self._rerouted,
+            rerouted=self._core.rerouted,
             retries=s.retries,
             final_failures=s.final_failures,
             possible_duplicates=s.possibly_duplicated,

@@ -92,9 +92,8 @@ from failover_partitioner._message import (
     Headers,
     UndeliveredMessage,
 )
-from failover_partitioner._topics import TopicState as _TopicState
-from failover_partitioner._topics import check_topic
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
+from failover_partitioner.core import NO_TOPIC, FailoverCore, check_topic
 from failover_partitioner.errors import (
     REFUSED_RIGHTS,
     AuthenticationFailed,
@@ -107,7 +106,6 @@ from failover_partitioner.errors import (
     ProducerClosed,
     ProduceTimeout,
     classify,
-    try_alone,
 )
 from failover_partitioner.health import (
     TopicMetadata,
@@ -453,9 +451,6 @@ class FailoverProducer:
         options = opts.choice
         limit = opts.max_in_flight
         self._produce_timeout_s = opts.produce_timeout_s
-        self._qpolicy = opts.quarantine
-
-        self._options = options
         self._default_cb = settings.default_on_delivery
         self._only_errors = settings.report_only_errors
         self._message_id_header = message_id_header
@@ -470,11 +465,8 @@ class FailoverProducer:
         # the threads serving reports need no lock); what is in flight is the retry buffer's
         # to count (see the module doc).
         self._c_out = itertools.count(1)
-        self._rerouted = 0
-        self._quarantines = 0
         self._final_failures = 0
         self._returned = 0
-        self._ambiguous = 0
 
         self._buffer: RetryBuffer[_Record] = RetryBuffer(
             max_in_flight=limit,
@@ -535,8 +527,6 @@ class FailoverProducer:
         self._plain = self._default_cb is None and message_id_header is None
         # A record can be made inline in produce() (no headers to build, no wrapper needed).
         self._simple = message_id_header is None and not self._only_errors
-        self._topics: dict[str, _TopicState] = {}
-        self._choosers: dict[str, PartitionChooser] = {}
         # The choosers of topics whose keyless messages without headers or timestamp take
         # produce()'s shortest path (filled only when every such message can).
         self._bare: dict[str, PartitionChooser] = {}
@@ -552,9 +542,19 @@ class FailoverProducer:
         self._whole_lock = threading.Lock()
         # sticky.partitioning.linger.ms=0 turns librdkafka's sticky partitioner off.
         linger = str(conf.get("sticky.partitioning.linger.ms", "")).strip()
-        self._client_sticky = linger not in ("0", "0.0")
         # Keys go to librdkafka's partitioner only when it is the Java client's (murmur2).
         self._client_keyed = settings.client_conf.get("partitioner") == "murmur2_random"
+        # The decisions (routing, failures, quarantine, retries, the healthy path's on/off).
+        self._core: FailoverCore[Entry[_Record]] = FailoverCore(
+            self._buffer,
+            options=options,
+            quarantine=opts.quarantine,
+            clock=time.monotonic,
+            lock=threading.Lock,
+            client_sticky=linger not in ("0", "0.0"),
+            client_keyed=self._client_keyed,
+        )
+        self._choosers = self._core.choosers  # the fast paths' lookup
         self._topics_lock = threading.Lock()
         self._watched: set[str] = set()
         self._local = threading.local()
@@ -1118,29 +1118,25 @@ class FailoverProducer:
         """Choose a partition and hand ``rec`` to the client, or let it wait. ``prefer``: the
         caller's partition, taken while usable (first attempts only; see ``produce``)."""
         topic, value, key, headers, timestamp = rec._m
-        chooser = self._choosers.get(topic)
-        if chooser is None:
-            chooser = self._chooser_for(topic)
-            if chooser is None:
-                self._wait(rec, NoUsablePartition(f"no metadata yet for topic {topic!r}"))
-                return
-        if prefer is not None and chooser.usable(prefer):
-            p = prefer
-        elif key is None:
-            p = chooser.keyless(len(value or b"") if self._count_bytes else 0)
-        else:
-            p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
+        if topic not in self._choosers:
+            self._chooser_for(topic)
+        p = self._core.route(
+            topic,
+            key if key is None or type(key) is bytes else _key_bytes(key),
+            len(value or b"") if self._count_bytes else 0,
+            prefer,
+        )
         if p == CLIENT_PARTITIONER:
             p = _ANY_PARTITION
         elif p < 0:
-            if not chooser.view.exists:
+            if p == NO_TOPIC:
                 error = KafkaError(
                     KafkaError.UNKNOWN_TOPIC_OR_PART,
                     f"topic {topic!r} does not exist (per cluster metadata)",
                 )
                 self._fail_finally(rec, error)
                 return
-            self._wait(rec, NoUsablePartition(f"no usable partition of {topic!r} for this message"))
+            self._wait(rec, p)
             return
         previous = rec._partition
         rec._partition = p
@@ -1151,8 +1147,7 @@ class FailoverProducer:
         except BaseException as exc:
             self._produce_raised(rec, exc, first=first, previous=previous)
             return
-        if previous >= 0 and previous != p:
-            self._rerouted += 1
+        self._core.sent(previous, p)
 
     def _produce_raised(
         self, rec: _Record, exc: BaseException, *, first: bool, previous: int = -1
@@ -1237,28 +1232,27 @@ class FailoverProducer:
             entry = rec._entry = self._buffer.adopt(rec)
         return entry
 
-    def _wait(self, rec: _Record, error: object) -> None:
+    def _wait(self, rec: _Record, why: int | BaseException) -> None:
         """Put ``rec`` in the failed buffer without an attempt (nothing usable, queue full)."""
-        if self._buffer.failed(self._admit(rec), error, retriable=True):
+        if self._core.hold(self._admit(rec), rec._m[0], why):
             self._leave_whole()
 
     def _fail_finally(self, rec: _Record, error: object) -> None:
-        self._buffer.failed(self._admit(rec), error, retriable=False)
+        self._core.end(self._admit(rec), error)
 
-    def _chooser_for(self, topic: str) -> PartitionChooser | None:
-        """The chooser of a topic seen for the first time (fetches its metadata once)."""
+    def _chooser_for(self, topic: str) -> None:
+        """Fetch the metadata of a topic seen for the first time (once)."""
         with self._topics_lock:
             first = topic not in self._watched
             self._watched.add(topic)
         if not first or self._in_callback():
             self._meta.watch(topic)
-            return self._choosers.get(topic)
+            return
         try:
             self._meta.fetch_now(topic, max(self._produce_timeout_s, 0.5))
         except MetadataUnavailable as exc:
             self._raise_if_refused(exc)
             logger.warning("%s; messages for it wait", exc)
-        return self._choosers.get(topic)
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
         if err.code() == confluent_kafka.KafkaError._AUTHENTICATION:
@@ -1292,34 +1286,36 @@ class FailoverProducer:
                 err = refused[1]
                 code = err.code()
         ec = classify(code, err.name())
-        retriable = ec.retriable and not err.fatal()
-        if try_alone(ec, batch_size=None, alone=getattr(rec, "_solo", False)):
-            # Perhaps the batch's fault, not this record's: try it alone before giving up.
-            rec._solo = True
-            retriable = not err.fatal()
         partition = msg.partition() if msg is not None else rec._partition
         if partition is None or partition < 0:
             partition = rec._partition
         self._heed(rec._m[0], partition, ec)
-        if ec.possibly_persisted:
-            rec._dup = True
-            self._ambiguous += 1
         if rec._m[4] is None and msg is not None:
             # Keep the first attempt's CreateTime on every later attempt.
             ts_type, ts = msg.timestamp()
             if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME:
                 rec._m = (*rec._m[:4], ts)
-        if self._buffer.failed(
-            self._admit(rec), err, retriable=retriable, possibly_persisted=ec.possibly_persisted
-        ):
+        # librdkafka's reports do not say the batch's size (None).
+        verdict = self._core.failed(
+            self._admit(rec), err, ec, fatal=err.fatal(), alone=getattr(rec, "_solo", False)
+        )
+        if verdict.alone:
+            rec._solo = True
+        if verdict.possibly_persisted:
+            rec._dup = True
+        if verdict.queued:
             self._attention_at = 0.0
             self._leave_whole()
 
     def _heed(self, topic: str, partition: int, ec: ErrorClass) -> None:
-        """What a failure says of its partition: quarantine it, or look at the metadata again."""
-        if ec.quarantine and partition >= 0:
-            self._quarantine(topic, partition, refresh=ec.refresh_metadata)
-        elif ec.refresh_metadata:
+        """Do what the core makes of a failure's partition: watch the topic closely once it is
+        quarantined (and leave the healthy path), look at the metadata again."""
+        heed = self._core.heed(topic, partition, ec)
+        if heed.quarantined:
+            self._meta.set_fast(topic, True)
+            self._attention_at = 0.0
+            self._leave_whole()
+        if heed.refresh:
             self._meta.request_refresh(topic)
 
     def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
@@ -1346,55 +1342,18 @@ class FailoverProducer:
                 kerr,
             )
 
-    def _quarantine(self, topic: str, partition: int, *, refresh: bool) -> None:
-        state = self._topics.get(topic)
-        if state is None:
-            return
-        now = time.monotonic()
-        if state.strike(partition, now):
-            self._quarantines += 1
-            logger.info(
-                "partition %s-%d quarantined for %.2f s (strike %d)",
-                topic,
-                partition,
-                state.quarantine.policy.backoff_s(state.quarantine.strikes(partition)),
-                state.quarantine.strikes(partition),
-            )
-            self._meta.set_fast(topic, True)
-            self._attention_at = 0.0
-            self._leave_whole()
-        if refresh:
-            self._meta.request_refresh(topic)
-
     # -- metadata (refresher thread, or the caller's in fetch_now) ----------------------------
 
     def _on_metadata(self, md: TopicMetadata) -> None:
         topic = md.topic
-        state = self._topics.get(topic)
-        if state is None:
-            with self._topics_lock:
-                state = self._topics.get(topic)
-                if state is None:
-                    state = _TopicState(
-                        md,
-                        self._qpolicy,
-                        self._options,
-                        client_sticky=self._client_sticky,
-                        client_keyed=self._client_keyed,
-                    )
-                    self._topics[topic] = state
-                    self._choosers[topic] = state.chooser
-                    if self._bare_ok:
-                        self._bare[topic] = state.chooser
-                    self._attention_at = 0.0
-                    self._leave_whole()  # _service opens the healthy path to it
-                    if state.view.unavailable:
-                        self._meta.set_fast(topic, True)
-                    return
-        state.apply_metadata(md, time.monotonic())
-        self._meta.set_fast(topic, state.wants_fast_refresh)
+        change = self._core.metadata(md)
+        if change.new and self._bare_ok:
+            self._bare[topic] = self._choosers[topic]
+        if change.fast or not change.new:
+            self._meta.set_fast(topic, change.fast)
         self._attention_at = 0.0
-        self._leave_whole()  # the view may have changed; _service looks again
+        # The view may have changed: off the healthy path until _service looks again.
+        self._leave_whole()
 
     # -- the caller's side: retries, quarantine release, polling ------------------------------
 
@@ -1406,26 +1365,14 @@ class FailoverProducer:
         if now < self._attention_at:
             return
         self._attention = False
-        next_at = float("inf")
-        for topic, state in list(self._topics.items()):
-            if not len(state.quarantine):
-                continue
-            released, upcoming = state.release_due(now)
-            if released:
-                logger.info("partitions %s of %s released from quarantine", released, topic)
-                self._meta.set_fast(topic, state.wants_fast_refresh)
-            if upcoming is not None:
-                next_at = min(next_at, upcoming)
-        take = self._buffer.take_failed
-        for _ in range(self._buffer.limit):
-            entry = take()
-            if entry is None:
-                break
+        core = self._core
+        tick = core.tick()
+        for topic, fast in tick.fast.items():
+            self._meta.set_fast(topic, fast)
+        for entry in core.due():
             self._dispatch(entry.item)
-        due_in = self._buffer.next_due_in()
-        if due_in is not None:
-            next_at = min(next_at, time.monotonic() + due_in)
-        if next_at != float("inf"):
+        next_at = core.next_at(tick)
+        if next_at is not None:
             self._attention_at = next_at
             self._attention = True
         else:
@@ -1442,14 +1389,12 @@ class FailoverProducer:
     def _reopen_whole(self) -> None:
         """Nothing waits: whole topics take the healthy path again."""
         with self._whole_lock:
-            if self._attention or self._closed or not self._bare_ok or self._buffer.failed_depth:
+            if self._attention or self._closed or not self._bare_ok:
                 return
-            for topic, chooser in list(self._choosers.items()):
-                rotation = chooser.whole_rotation(self._client_sticky)
-                if rotation is not False:
-                    self._whole[topic] = rotation
-                    if rotation is None and self._client_keyed and self._default_cb is None:
-                        self._placed.add(topic)
+            whole = self._core.healthy_path(self._buffer.failed_depth)
+            self._whole.update(whole)
+            if self._client_keyed and self._default_cb is None:
+                self._placed.update(t for t, rotation in whole.items() if rotation is None)
 
     def _client_len(self) -> int:
         """Messages the clients hold (queued, in flight, or reports not yet served), at most."""
@@ -1627,7 +1572,7 @@ class FailoverProducer:
 
     def health(self, topic: str, timeout: float | None = None) -> TopicView:
         """The topic's current health snapshot (fetches metadata if the topic is new)."""
-        state = self._topics.get(topic)
+        state = self._core.topics.get(topic)
         if state is None:
             return self._fetch_now(topic, timeout, "health", f"health({topic!r}) of a new topic")
         return state.view
@@ -1650,7 +1595,7 @@ class FailoverProducer:
         except MetadataUnavailable as exc:
             self._raise_if_refused(exc)
             raise
-        return self._topics[topic].view
+        return self._core.topics[topic].view
 
     def whole(self, topic: str) -> bool:
         """True while every partition of ``topic`` is usable in the producer's latest view
@@ -1658,15 +1603,13 @@ class FailoverProducer:
         no metadata of yet (neither produced to nor asked ``health()`` of). For a caller that
         lets another client place messages while nothing needs routing around (the mirror's
         fast lane)."""
-        chooser = self._choosers.get(topic)
-        return chooser is not None and chooser.view.whole
+        return self._core.whole(topic)
 
     def usable(self, topic: str, partition: int) -> bool:
         """True while ``topic`` [``partition``] is usable in the producer's latest view (a
         leader, ISR at least min.insync.replicas, not quarantined); False for a partition the
         topic does not have, or a topic it has no metadata of yet (see :meth:`whole`)."""
-        chooser = self._choosers.get(topic)
-        return chooser is not None and chooser.usable(partition)
+        return self._core.usable(topic, partition)
 
     def report_failure(self, topic: str, partition: int, err: confluent_kafka.KafkaError) -> None:
         """Take a delivery failure that another client saw, to ``topic`` [``partition``], into
@@ -1692,10 +1635,10 @@ class FailoverProducer:
             failed_buffer_depth=s.failed_depth,
             peak_failed_buffer_depth=s.peak_failed_depth,
             retries=s.retries,
-            rerouted=self._rerouted,
+            rerouted=self._core.rerouted,
             possible_duplicates=s.possibly_duplicated,
-            ambiguous_failures=self._ambiguous,
-            quarantines=self._quarantines,
+            ambiguous_failures=self._core.ambiguous,
+            quarantines=self._core.quarantines,
             max_in_flight=self._limit,
         )
 
@@ -1712,7 +1655,7 @@ class FailoverProducer:
     def _metrics_snapshot(self) -> MetricsSnapshot:
         s = self.statistics()
         topics = {}
-        for topic, state in list(self._topics.items()):
+        for topic, state in list(self._core.topics.items()):
             counts = state.view.counts()
             topics[topic] = TopicMetrics(
                 partitions_by_state={k.name: v for k, v in counts.items()},

@@ -24,6 +24,16 @@ FORBIDDEN = {
         "failover_partitioner",
     },
     "minibroker": {"failover_partitioner", "retry_buffer", "confluent_kafka", "aiokafka", "kafka"},
+    # The failover core decides; the shells own the clients, threads and event loops.
+    "failover_partitioner/core": {
+        "confluent_kafka",
+        "aiokafka",
+        "kafka",
+        "pyspark",
+        "minibroker",
+        "threading",
+        "asyncio",
+    },
 }
 
 

@@ -1,0 +1,341 @@
+"""The failover core: every decision about a message's life and its topic's health, made once.
+
+Theory of operation (the h11 shape: events in, decisions out, no I/O). The shells
+(``FailoverProducer`` on confluent-kafka, ``AsyncFailoverProducer`` on aiokafka) own the client,
+the threads or the event loop, the message objects and the retry buffer's waiting; they tell the
+core what happened and do what it answers:
+
+=========================================  ===================================================
+event (the shell calls)                     answer (the shell then ...)
+=========================================  ===================================================
+``metadata(md)``: a topic's metadata came   :class:`MetadataChange`: watch it closely or not;
+                                            re-route the client (leaders moved); the healthy
+                                            path is off until :meth:`healthy_path` says again
+``route(topic, key, nbytes, prefer)``       a partition (send there), ``CLIENT_PARTITIONER``
+                                            (the client places it), ``NO_PARTITION`` /
+                                            ``NO_METADATA`` (:meth:`hold` it),
+                                            ``NO_TOPIC`` (:meth:`end` it)
+``heed(topic, partition, ec)``: an attempt  :class:`Heed`: the partition was quarantined (watch
+to it failed                                it closely, leave the healthy path); ask metadata
+``failed(entry, error, ec, ...)``           :class:`Failed`: queued for a retry (try it alone
+                                            next time?), or ended (its final failure is the
+                                            buffer's callback)
+``tick()``: time passed                     :class:`Tick`: quarantines released, when to look
+                                            again; then :meth:`due` gives the messages to send
+``healthy_path()``                          the topics whose messages may go straight to the
+                                            client, and their keyless rotation
+=========================================  ===================================================
+
+The bound on what is in flight, the backoff and the "every message ends once" accounting are
+the retry buffer's (:mod:`retry_buffer`), injected: the confluent shell's counts what its client
+holds (``held=``), the asyncio shell's admits each message. Time is the injected ``clock``;
+the core starts nothing and imports no client, thread or event loop (an import-linter contract
+in pyproject.toml holds it so). Its model is tests/unit/test_core_stateful.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final, Generic, Protocol, TypeVar
+
+from failover_partitioner.choose import (
+    CLIENT_PARTITIONER,
+    NO_PARTITION,
+    ChoiceOptions,
+    PartitionChooser,
+)
+from failover_partitioner.core.topic import Lock, TopicState
+from failover_partitioner.errors import ErrorClass, NoUsablePartition, try_alone
+from failover_partitioner.health import TopicMetadata
+from failover_partitioner.quarantine import QuarantinePolicy
+
+__all__ = [
+    "CLIENT_PARTITIONER",
+    "NO_METADATA",
+    "NO_PARTITION",
+    "NO_TOPIC",
+    "Failed",
+    "FailoverCore",
+    "Heed",
+    "MetadataChange",
+    "Tick",
+]
+
+logger = logging.getLogger(__name__)
+
+E = TypeVar("E")
+
+NO_METADATA: Final = -3
+"""``route``: no metadata for the topic yet: the message waits (:meth:`FailoverCore.hold`)."""
+
+NO_TOPIC: Final = -4
+"""``route``: the cluster says the topic does not exist: the message ends
+(:meth:`FailoverCore.end`, with the shell's client's own error for it)."""
+
+
+class Buffer(Protocol[E]):
+    """What the core asks of a retry buffer (``RetryBuffer``, ``AsyncRetryBuffer``)."""
+
+    @property
+    def limit(self) -> int: ...
+
+    def failed(
+        self, entry: E, error: object, retriable: bool, possibly_persisted: bool = False
+    ) -> bool: ...
+
+    def take_failed(self) -> E | None: ...
+
+    def next_due_in(self) -> float | None: ...
+
+    def statistics(self) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataChange:
+    """What a metadata update means. ``new``: the topic's first; ``fast``: watch its metadata
+    closely (something is out of use); ``leaders_moved``: re-route the client now."""
+
+    new: bool
+    fast: bool
+    leaders_moved: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Heed:
+    """What a failed attempt says of its partition: ``quarantined`` newly (watch the topic
+    closely; every topic leaves the healthy path), ``refresh``: ask for its metadata again."""
+
+    quarantined: bool
+    refresh: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A failed attempt's verdict: ``queued`` for another attempt (else it ended finally),
+    ``alone``: send it in a batch of its own from now on, ``possibly_persisted``: the attempt
+    may have been written (another may duplicate it)."""
+
+    queued: bool
+    alone: bool
+    possibly_persisted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """``tick()``'s answer: ``released`` per topic; ``fast``: each topic whose close watch
+    should change to the value given; ``next_at``: when a quarantine's back-off ends next."""
+
+    released: dict[str, list[int]]
+    fast: dict[str, bool]
+    next_at: float | None
+
+
+class FailoverCore(Generic[E]):
+    """The decisions of one producer, over its topics and its retry buffer (see the module)."""
+
+    def __init__(
+        self,
+        buffer: Buffer[E],
+        *,
+        options: ChoiceOptions,
+        quarantine: QuarantinePolicy,
+        clock: Callable[[], float],
+        lock: Lock = contextlib.nullcontext,
+        client_sticky: bool = False,
+        client_keyed: bool = False,
+    ) -> None:
+        self.buffer = buffer
+        self.options = options
+        self._qpolicy = quarantine
+        self._clock = clock
+        self._lock = lock
+        self._new_topic = lock()
+        self._client_sticky = client_sticky
+        self._client_keyed = client_keyed
+        self._count_bytes = options.counts_bytes
+        self.topics: dict[str, TopicState] = {}
+        # chooser by topic, for the shells' fast paths (one lookup per message)
+        self.choosers: dict[str, PartitionChooser] = {}
+        self.quarantines = 0
+        self.rerouted = 0
+        self.ambiguous = 0  # failed attempts that may have been written: the most extra copies
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def metadata(self, md: TopicMetadata) -> MetadataChange:
+        """A topic's metadata was fetched: take it in (and release quarantines it shows over)."""
+        topic = md.topic
+        state = self.topics.get(topic)
+        if state is None:
+            with self._new_topic:
+                state = self.topics.get(topic)
+                if state is None:
+                    state = TopicState(
+                        md,
+                        self._qpolicy,
+                        self.options,
+                        client_sticky=self._client_sticky,
+                        client_keyed=self._client_keyed,
+                        lock=self._lock,
+                    )
+                    self.topics[topic] = state
+                    self.choosers[topic] = state.chooser
+                    return MetadataChange(
+                        new=True, fast=state.wants_fast_refresh, leaders_moved=False
+                    )
+        old = state.metadata
+        released = state.apply_metadata(md, self._clock())
+        if released:
+            logger.info("partitions %s of %s released from quarantine", released, topic)
+        moved = [p.leader for p in old.partitions] != [p.leader for p in md.partitions]
+        return MetadataChange(new=False, fast=state.wants_fast_refresh, leaders_moved=moved)
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def route(
+        self, topic: str, key: bytes | None, nbytes: int = 0, prefer: int | None = None
+    ) -> int:
+        """The partition for a message's next attempt, or why it has none (see the module).
+        ``prefer``: the caller's partition, taken while usable (first attempts only)."""
+        chooser = self.choosers.get(topic)
+        if chooser is None:
+            return NO_METADATA
+        if prefer is not None and chooser.usable(prefer):
+            return prefer
+        if key is None:
+            p = chooser.keyless(nbytes if self._count_bytes else 0)
+        else:
+            p = chooser.keyed(key)
+        if p == NO_PARTITION and not chooser.view.exists:
+            return NO_TOPIC
+        return p
+
+    def sent(self, previous: int, partition: int) -> None:
+        """An attempt went to ``partition``; the one before, if any, to ``previous``."""
+        if previous >= 0 and previous != partition:
+            self.rerouted += 1
+
+    def hold(self, entry: E, topic: str, why: int | BaseException) -> bool:
+        """The message waits in the failed buffer without an attempt (``why``: the route's
+        answer, or the client's refusal, such as a full queue). True: it newly waits there."""
+        if isinstance(why, int):
+            if why == NO_METADATA:
+                error: object = NoUsablePartition(f"no metadata yet for topic {topic!r}")
+            else:
+                error = NoUsablePartition(f"no usable partition of {topic!r} for this message")
+        else:
+            error = why
+        return self.buffer.failed(entry, error, True)
+
+    def end(self, entry: E, error: object) -> None:
+        """The message fails finally now (not retriable): the buffer reports it."""
+        self.buffer.failed(entry, error, False)
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def heed(self, topic: str, partition: int, ec: ErrorClass) -> Heed:
+        """What a failure (or another client's, reported) says of its partition."""
+        quarantined = False
+        if ec.quarantine and partition >= 0:
+            quarantined = self._strike(topic, partition)
+        return Heed(quarantined=quarantined, refresh=ec.refresh_metadata)
+
+    def _strike(self, topic: str, partition: int) -> bool:
+        state = self.topics.get(topic)
+        if state is None or not state.strike(partition, self._clock()):
+            return False
+        self.quarantines += 1
+        q = state.quarantine
+        logger.info(
+            "partition %s-%d quarantined for %.2f s (strike %d)",
+            topic,
+            partition,
+            q.policy.backoff_s(q.strikes(partition)),
+            q.strikes(partition),
+        )
+        return True
+
+    def failed(
+        self,
+        entry: E,
+        error: object,
+        ec: ErrorClass,
+        *,
+        fatal: bool = False,
+        batch_size: int | None = None,
+        alone: bool = False,
+    ) -> Failed:
+        """An attempt of ``entry`` failed with ``error`` (classified ``ec``): retry it, alone
+        perhaps, or end it. ``batch_size``: its refused batch's size when the client says;
+        ``alone``: it was sent alone already; ``fatal``: the client can send nothing more."""
+        split = try_alone(ec, batch_size=batch_size, alone=alone)
+        persisted = ec.possibly_persisted and not split
+        if persisted:
+            self.ambiguous += 1
+        # Perhaps the batch's fault, not this record's: try it alone before giving up.
+        retriable = (ec.retriable or split) and not fatal
+        queued = self.buffer.failed(entry, error, retriable, persisted)
+        return Failed(queued=queued, alone=split or alone, possibly_persisted=persisted)
+
+    # -- time -------------------------------------------------------------------------------
+
+    def tick(self) -> Tick:
+        """Release quarantines whose back-off ended (where the metadata shows them usable)."""
+        now = self._clock()
+        next_at: float | None = None
+        released: dict[str, list[int]] = {}
+        fast: dict[str, bool] = {}
+        for topic, state in list(self.topics.items()):
+            if not len(state.quarantine):
+                continue
+            freed, upcoming = state.release_due(now)
+            if freed:
+                logger.info("partitions %s of %s released from quarantine", freed, topic)
+                released[topic] = freed
+                fast[topic] = state.wants_fast_refresh
+            if upcoming is not None and (next_at is None or upcoming < next_at):
+                next_at = upcoming
+        return Tick(released=released, fast=fast, next_at=next_at)
+
+    def due(self) -> Iterator[E]:
+        """The failed messages due for another attempt, oldest first (each then routed)."""
+        take = self.buffer.take_failed
+        for _ in range(self.buffer.limit):
+            entry = take()
+            if entry is None:
+                return
+            yield entry
+
+    def next_at(self, tick: Tick) -> float | None:
+        """When the shell should look again: a back-off's end, or a failed message's due time."""
+        due_in = self.buffer.next_due_in()
+        if due_in is None:
+            return tick.next_at
+        due_at = self._clock() + due_in
+        return due_at if tick.next_at is None else min(due_at, tick.next_at)
+
+    # -- the healthy path -------------------------------------------------------------------
+
+    def healthy_path(self, failed_depth: int) -> dict[str, Iterator[int] | None]:
+        """The topics whose messages may go straight to the client, with the keyless rotation
+        of each (None: the client places them): every partition usable, nothing waiting.
+        The path is off (an empty answer) while anything waits in the failed buffer."""
+        if failed_depth:
+            return {}
+        whole: dict[str, Iterator[int] | None] = {}
+        for topic, chooser in list(self.choosers.items()):
+            rotation = chooser.whole_rotation(self._client_sticky)
+            if rotation is not False:
+                whole[topic] = rotation
+        return whole
+
+    def whole(self, topic: str) -> bool:
+        chooser = self.choosers.get(topic)
+        return chooser is not None and chooser.view.whole
+
+    def usable(self, topic: str, partition: int) -> bool:
+        chooser = self.choosers.get(topic)
+        return chooser is not None and chooser.usable(partition)

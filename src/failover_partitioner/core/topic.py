@@ -1,0 +1,140 @@
+"""A topic as the failover core tracks it: metadata, quarantine and chooser, rebuilt together.
+
+The core keeps one per topic for both shells. Changes run under ``lock`` (made by the core's
+``lock`` factory: a ``threading.Lock`` for the confluent-kafka shell, whose metadata thread and
+callers change it, nothing for the asyncio one) and rebuild the chooser; the chooser then
+serves the new view (its swap is a single assignment, safe for readers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+from failover_partitioner.choose import ChoiceOptions, PartitionChooser
+from failover_partitioner.health import (
+    PartitionHealth,
+    TopicMetadata,
+    TopicView,
+    partition_health,
+)
+from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
+
+__all__ = ["Lock", "TopicState", "check_topic", "legal_topic_name"]
+
+Lock = Callable[[], AbstractContextManager[object]]
+"""A factory of locks: ``threading.Lock`` where threads share the state, else no lock."""
+
+# Kafka's rule for topic names (org.apache.kafka.common.internals.Topic.validate).
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def legal_topic_name(name: str) -> bool:
+    """True for a legal Kafka topic name: 1 to 249 of a-z A-Z 0-9 . _ -, and not . or .."""
+    return name not in (".", "..") and _TOPIC_NAME.fullmatch(name) is not None
+
+
+def check_topic(topic: object) -> None:
+    """Refuse a topic that is not a legal Kafka topic name (a client would wait on it for ever,
+    asking the cluster for metadata it never has). Both producers check a topic new to them."""
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, got {topic!r} ({type(topic).__name__})")
+    if not legal_topic_name(topic):
+        raise ValueError(
+            f"topic {topic!r} is not a legal Kafka topic name: use 1 to 249 of the "
+            f"characters a-z A-Z 0-9 . _ -, and not '.' or '..'"
+        )
+
+
+class TopicState:
+    """One topic: its latest metadata, quarantine and chooser. ``lock`` guards rebuilds."""
+
+    __slots__ = ("chooser", "lock", "metadata", "quarantine", "quarantines")
+
+    def __init__(
+        self,
+        metadata: TopicMetadata,
+        policy: QuarantinePolicy,
+        options: ChoiceOptions,
+        *,
+        client_sticky: bool = False,
+        client_keyed: bool = False,
+        lock: Lock = contextlib.nullcontext,
+    ) -> None:
+        self.lock = lock()
+        self.metadata = metadata
+        self.quarantine = Quarantine(policy)
+        self.quarantines = 0
+        self.chooser = PartitionChooser(
+            TopicView.build(metadata),
+            options,
+            client_sticky=client_sticky,
+            client_keyed=client_keyed,
+        )
+
+    @property
+    def view(self) -> TopicView:
+        return self.chooser.view
+
+    def rebuild(self) -> None:
+        self.chooser.update(TopicView.build(self.metadata, self.quarantine.partitions))
+
+    def rebuild_unchanged(self) -> None:
+        """Nothing changed but the fetch time: keep the plan, refresh the snapshot's time."""
+        self.chooser.replace_view(TopicView.build(self.metadata, self.quarantine.partitions))
+
+    def usable_by_metadata(self, partition: int) -> bool:
+        parts = self.metadata.partitions
+        if partition >= len(parts):
+            return False
+        state = partition_health(parts[partition], self.metadata.min_insync_replicas)
+        return state is not PartitionHealth.UNAVAILABLE
+
+    @property
+    def wants_fast_refresh(self) -> bool:
+        """Watch the metadata closely while anything is out of use, to see it come back."""
+        return len(self.quarantine) > 0 or bool(self.view.unavailable)
+
+    def strike(self, partition: int, now: float) -> bool:
+        """A write to ``partition`` failed: quarantine it; True if it newly is."""
+        with self.lock:
+            if partition >= len(self.metadata.partitions):
+                return False
+            newly = self.quarantine.strike(partition, now)
+            if newly:
+                self.quarantines += 1
+                self.rebuild()
+            return newly
+
+    def apply_metadata(self, md: TopicMetadata, now: float) -> list[int]:
+        """Take a new metadata fetch; release quarantines it shows usable and due (returned)."""
+        with self.lock:
+            old = self.metadata
+            self.metadata = md
+            if len(md.partitions) < len(old.partitions):
+                self.quarantine.forget(range(len(md.partitions), len(old.partitions)))
+            released = self.quarantine.release_due(now, self.usable_by_metadata)
+            if (
+                released
+                or md.partitions != old.partitions
+                or md.min_insync_replicas != old.min_insync_replicas
+                or md.exists != old.exists
+            ):
+                self.rebuild()
+            else:  # same facts: keep the chooser's rotation; only the snapshot's time moves
+                self.rebuild_unchanged()
+            return released
+
+    def release_due(self, now: float) -> tuple[list[int], float | None]:
+        """Release due quarantines the metadata shows usable; also the next back-off end.
+
+        A back-off that has ended while the metadata still shows the partition unusable is
+        released by the next metadata update (:meth:`apply_metadata`), not by polling here.
+        """
+        with self.lock:
+            released = self.quarantine.release_due(now, self.usable_by_metadata)
+            if released:
+                self.rebuild()
+            return released, self.quarantine.next_release_after(now)

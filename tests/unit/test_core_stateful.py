@@ -1,0 +1,195 @@
+"""The failover core under any interleaving of events, with a fake clock: a hypothesis state
+machine plays a shell (messages admitted, routed, sent; attempts delivered or failed with any
+Kafka error; metadata showing partitions under min ISR or back; time passing; close).
+
+Whatever the order: in flight never exceeds the limit; every admitted message ends exactly once
+(delivered, finally failed, or handed back by close); a quarantined partition gets no message
+until it is released, and no message goes to a partition the metadata shows unusable.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from failover_partitioner.choose import ChoiceOptions
+from failover_partitioner.core import (
+    CLIENT_PARTITIONER,
+    NO_METADATA,
+    NO_PARTITION,
+    NO_TOPIC,
+    FailoverCore,
+)
+from failover_partitioner.errors import classify
+from failover_partitioner.health import PartitionMetadata, TopicMetadata
+from failover_partitioner.quarantine import QuarantinePolicy
+from retry_buffer import Entry, RetryBuffer, RetryPolicy
+from tests.unit.test_retry_buffer_model import FakeClock, policies
+
+TOPIC = "t"
+# Delivery errors a broker or client answers: retriable and refused before the append (19),
+# possibly written (20, 7 request timeout, -185 local timeout), refused for the batch's sake
+# (10, 18: tried alone), final (29 authorization, 17 invalid topic, -1 an unknown code).
+CODES = [19, 20, 7, -185, 10, 18, 29, 17, 6, 1000]
+
+
+def topic_metadata(isr: tuple[int, ...], exists: bool = True) -> TopicMetadata:
+    """Partition ``i`` has ``isr[i]`` in-sync replicas of 3 (min ISR 2): under 2, unusable."""
+    return TopicMetadata(
+        topic=TOPIC,
+        partitions=tuple(
+            PartitionMetadata(
+                partition=p, leader=1 if n else -1, replicas=(1, 2, 3), isr=tuple(range(1, n + 1))
+            )
+            for p, n in enumerate(isr)
+        )
+        if exists
+        else (),
+        min_insync_replicas=2,
+        exists=exists,
+    )
+
+
+class CoreMachine(RuleBasedStateMachine):
+    core: FailoverCore[Entry[int]]
+
+    @initialize(
+        limit=st.integers(1, 6),
+        policy=policies,
+        partitions=st.integers(1, 4),
+        strategy=st.sampled_from(["round_robin", "sticky"]),
+    )
+    def setup(self, limit: int, policy: RetryPolicy, partitions: int, strategy: str) -> None:
+        self.clock = FakeClock()
+        self.limit = limit
+        self.partitions = partitions
+        self.ended: list[int] = []
+        self.buffer: RetryBuffer[int] = RetryBuffer(
+            max_in_flight=limit,
+            policy=policy,
+            on_final_failure=lambda e, err: self.ended.append(e.item),
+            clock=self.clock,
+        )
+        self.core = FailoverCore(
+            self.buffer,
+            options=ChoiceOptions(strategy=strategy),  # type: ignore[arg-type]
+            quarantine=QuarantinePolicy(initial_s=0.5, max_s=4.0),
+            clock=self.clock,
+        )
+        self.client: dict[int, tuple[Entry[int], int]] = {}  # item -> (entry, partition)
+        self.accepted: list[int] = []
+        self.next_item = 0
+        self.closed = False
+        self.known = False
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _send(self, entry: Entry[int], key: bytes | None) -> None:
+        """Route ``entry`` as a shell does, checking where the core sends it."""
+        p = self.core.route(TOPIC, key)
+        if p == NO_TOPIC:
+            self.core.end(entry, "unknown topic")
+            return
+        if p in (NO_PARTITION, NO_METADATA):
+            self.core.hold(entry, TOPIC, p)
+            return
+        assert p != CLIENT_PARTITIONER, "no client partitioner was declared"
+        state = self.core.topics[TOPIC]
+        assert p not in state.quarantine, f"partition {p} is quarantined"
+        assert state.usable_by_metadata(p), f"partition {p} is not usable"
+        self.client[entry.item] = (entry, p)
+
+    # -- events -------------------------------------------------------------------------------
+
+    @precondition(lambda self: not self.closed)
+    @rule(isr=st.lists(st.integers(0, 3), min_size=1, max_size=4), exists=st.booleans())
+    def metadata(self, isr: list[int], exists: bool) -> None:
+        # Partitions never shrink in Kafka; a topic may be deleted (exists=False).
+        n = max(self.partitions, len(isr))
+        self.partitions = n
+        full = tuple(isr) + (3,) * (n - len(isr))
+        self.core.metadata(topic_metadata(full, exists or not self.known))
+        self.known = True
+
+    @precondition(lambda self: not self.closed)
+    @rule(keyed=st.booleans(), key=st.binary(min_size=1, max_size=4))
+    def admit(self, keyed: bool, key: bytes) -> None:
+        item = self.next_item
+        entry = self.buffer.try_admit(item)
+        if entry is None:
+            assert self.buffer.in_flight >= self.limit, "refused below the limit"
+            return
+        self.next_item += 1
+        self.accepted.append(item)
+        self._send(entry, key if keyed else None)
+
+    @precondition(lambda self: bool(self.client))
+    @rule(data=st.data())
+    def deliver(self, data: st.DataObject) -> None:
+        item = data.draw(st.sampled_from(sorted(self.client)))
+        entry, _ = self.client.pop(item)
+        self.buffer.delivered(entry)
+        self.ended.append(item)
+
+    @precondition(lambda self: bool(self.client))
+    @rule(data=st.data(), code=st.sampled_from(CODES), batch=st.none() | st.integers(1, 3))
+    def fail(self, data: st.DataObject, code: int, batch: int | None) -> None:
+        item = data.draw(st.sampled_from(sorted(self.client)))
+        entry, partition = self.client.pop(item)
+        ec = classify(code)
+        heed = self.core.heed(TOPIC, partition, ec)
+        if heed.quarantined:
+            assert partition in self.core.topics[TOPIC].quarantine
+        self.core.failed(entry, f"error {code}", ec, batch_size=batch)
+
+    @rule(seconds=st.sampled_from([0.0, 0.1, 0.5, 1.0, 5.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.clock.now += seconds
+        tick = self.core.tick()
+        for topic, partitions in tick.released.items():
+            for p in partitions:
+                assert p not in self.core.topics[topic].quarantine
+        for entry in self.core.due():
+            assert not self.closed, "a message came back after close"
+            self._send(entry, None)
+
+    @precondition(lambda self: not self.closed)
+    @rule()
+    def close(self) -> None:
+        self.closed = True
+        left = self.buffer.close()
+        self.ended.extend(e.item for e in left)
+        for e in left:
+            self.client.pop(e.item, None)
+        assert not self.client, "the client held a message the buffer did not"
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def bounded(self) -> None:
+        if hasattr(self, "buffer"):
+            assert self.buffer.in_flight <= self.limit
+
+    @invariant()
+    def ends_once(self) -> None:
+        if not hasattr(self, "buffer"):
+            return
+        assert len(self.ended) == len(set(self.ended)), "a message ended twice"
+        live = len(self.accepted) - len(self.ended)
+        assert live == self.buffer.in_flight, (live, self.buffer.in_flight)
+        if self.closed:
+            assert sorted(self.ended) == self.accepted, "a message never ended"
+
+    @invariant()
+    def quarantined_not_in_view(self) -> None:
+        if not hasattr(self, "core"):
+            return
+        state = self.core.topics.get(TOPIC)
+        if state is not None:
+            for p in state.quarantine.partitions:
+                assert not state.chooser.usable(p), f"quarantined {p} is choosable"
+
+
+CoreMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+test_core_state_machine = CoreMachine.TestCase
