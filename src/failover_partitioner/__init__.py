@@ -1,17 +1,19 @@
 """Kafka producers that route around partitions below min.insync.replicas and lose nothing.
 
-``FailoverProducer`` wraps confluent-kafka; the pure core (``health``, ``choose``,
-``quarantine``, ``errors``) is client-agnostic and also serves the asyncio producer.
+Layout: ``core/`` decides (routing, failures, quarantine, retries; no client, thread or event
+loop), over the pure ``health``, ``choose``, ``quarantine`` and ``errors``; ``confluent/``
+(``FailoverProducer``) and ``aio/`` (``AsyncFailoverProducer``) are its shells; ``metadata/``
+refreshes; ``mirror/`` and ``spark/`` produce through ``FailoverProducer``; ``demo/`` is the
+``failover-demo`` command (never imported by the library).
 """
 
 from __future__ import annotations
 
 from failover_partitioner._config import FailoverConfigWarning
 from failover_partitioner._message import DeliveryGroup, DeliveryReport, UndeliveredMessage
-
-# The asyncio producer (aiokafka), from aio.py.
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.choose import NO_PARTITION, ChoiceOptions, PartitionChooser
+from failover_partitioner.confluent import FailoverProducer, ProducerStatistics
 from failover_partitioner.errors import (
     AuthenticationFailed,
     BatchRefused,
@@ -32,7 +34,6 @@ from failover_partitioner.health import (
     TopicView,
 )
 from failover_partitioner.metrics import MetricsSnapshot
-from failover_partitioner.producer import FailoverProducer, ProducerStatistics
 from failover_partitioner.quarantine import Quarantine, QuarantinePolicy
 
 __all__ = [

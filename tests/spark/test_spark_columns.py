@@ -13,8 +13,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from failover_partitioner._spark.columns import ColumnError, plan_rows
 from failover_partitioner.errors import FailoverError
+from failover_partitioner.spark.columns import ColumnError, plan_rows
 
 HEADERS = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])

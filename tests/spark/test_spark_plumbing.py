@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from failover_partitioner._spark.cache import ProducerCache
-from failover_partitioner._spark.summary import SummaryParam, WriteSummary
+from failover_partitioner.spark.cache import ProducerCache
+from failover_partitioner.spark.summary import SummaryParam, WriteSummary
 
 
 class FakeProducer:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from failover_partitioner import FailoverProducer
-from failover_partitioner._spark import factory
 from failover_partitioner.errors import ConfigError
+from failover_partitioner.spark import factory
 
 CONF = {"bootstrap.servers": "127.0.0.1:1"}
 

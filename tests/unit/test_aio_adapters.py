@@ -19,15 +19,15 @@ from aiokafka.protocol.metadata import (  # type: ignore[import-untyped,unused-i
     MetadataResponse_v5,
 )
 
-from failover_partitioner._aio_client import first_answer_supported, make_inner_producer
-from failover_partitioner._aio_errors import error_class
-from failover_partitioner._aio_metadata import (
+from failover_partitioner.aio import AsyncFailoverProducer
+from failover_partitioner.aio._client import first_answer_supported, make_inner_producer
+from failover_partitioner.aio._errors import error_class
+from failover_partitioner.aio._metadata import (
     check_min_isr_option,
     parse_min_isr,
     parse_partitions,
 )
-from failover_partitioner._aio_settings import aio_client_settings
-from failover_partitioner.aio import AsyncFailoverProducer
+from failover_partitioner.aio._settings import aio_client_settings
 from failover_partitioner.errors import ConfigError, MetadataUnavailable
 from failover_partitioner.metadata import MinIsr
 
@@ -263,7 +263,7 @@ def test_the_inner_producer_answers_with_the_first_broker_reply() -> None:
             sender = producer._sender
             error = ak.NotEnoughReplicasError()
             stock = SendProduceReqHandler(sender, {})._can_retry(error, _FreshBatch())
-            from failover_partitioner._aio_client import _FirstAnswerHandler
+            from failover_partitioner.aio._client import _FirstAnswerHandler
 
             ours = _FirstAnswerHandler(sender, {})._can_retry(error, _FreshBatch())
             return first_answer, stock, ours

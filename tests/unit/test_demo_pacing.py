@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from failover_partitioner._demo.pacing import TokenBucket
+from failover_partitioner.demo.pacing import TokenBucket
 
 
 def test_first_message_goes_out_at_once_then_one_per_interval() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from failover_partitioner._demo.plot import _rates, plot_deliveries
+from failover_partitioner.demo.plot import _rates, plot_deliveries
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from failover_partitioner._demo.partitions import PartitionRow, Snapshot
-from failover_partitioner._demo.report import FaultWindow, RunInfo, build_report
-from failover_partitioner._demo.stats import Record, Status, summarize
+from failover_partitioner.demo.partitions import PartitionRow, Snapshot
+from failover_partitioner.demo.report import FaultWindow, RunInfo, build_report
+from failover_partitioner.demo.stats import Record, Status, summarize
 
 REQUIRED = {
     "sent",

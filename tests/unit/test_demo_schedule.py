@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from failover_partitioner._demo.messages import VALUE_BYTES, MessageId, decode, encode
-from failover_partitioner._demo.schedule import Schedule
+from failover_partitioner.demo.messages import VALUE_BYTES, MessageId, decode, encode
+from failover_partitioner.demo.schedule import Schedule
 
 
 def test_fault_sits_in_the_middle_with_recovery_before_the_end() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from failover_partitioner._demo.stats import (
+from failover_partitioner.demo.stats import (
     DeliveryLog,
     Record,
     Status,

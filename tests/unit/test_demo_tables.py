@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from failover_partitioner._demo.partitions import (
+from failover_partitioner.demo.partitions import (
     PartitionRow,
     PartitionState,
     Snapshot,
     classify,
     degraded,
 )
-from failover_partitioner._demo.render import (
+from failover_partitioner.demo.render import (
     ProgressFigures,
     partition_table,
     producer_table,
     progress_line,
     verdict,
 )
-from failover_partitioner._demo.stats import ProducerSummary
+from failover_partitioner.demo.stats import ProducerSummary
 
 
 def row(

@@ -9,7 +9,7 @@ import pytest
 from tenacity import RetryError, Retrying, wait_none
 
 from failover_partitioner import ConfigError, MetadataUnavailable, TopicMetadata
-from failover_partitioner._aio_metadata import AioMetadataRefresher
+from failover_partitioner.aio._metadata import AioMetadataRefresher
 from failover_partitioner.health import PartitionMetadata
 from failover_partitioner.metadata import MinIsr, PartitionsAnswer, _steps
 
@@ -153,7 +153,7 @@ def test_the_asyncio_refresher_keeps_the_last_view_and_falls_back_to_min_isr_1(
         assert (await r.fetch_now("payments", 1.0)).min_insync_replicas == 1
         await r.fetch_now("payments", 1.0)
 
-    with caplog.at_level(logging.WARNING, logger="failover_partitioner._aio_metadata"):
+    with caplog.at_level(logging.WARNING, logger="failover_partitioner.aio._metadata"):
         asyncio.run(main())
     messages = [r.getMessage() for r in caplog.records]
     assert any("orders could not be fetched" in m and "30.0 s old" in m for m in messages)

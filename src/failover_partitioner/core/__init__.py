@@ -19,6 +19,7 @@ from failover_partitioner.core.engine import (
     MetadataChange,
     Tick,
 )
+from failover_partitioner.core.statistics import ProducerStatistics
 from failover_partitioner.core.topic import TopicState, check_topic, legal_topic_name
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "FailoverCore",
     "Heed",
     "MetadataChange",
+    "ProducerStatistics",
     "Tick",
     "TopicState",
     "check_topic",

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from failover_partitioner._demo.stats import DeliveryLog
+from failover_partitioner.demo.stats import DeliveryLog
 
 # librdkafka's own log lines (connection refused, retries) go here rather than to stderr, so
 # they do not break the progress line; `failover-demo -v` shows them.
@@ -109,7 +109,7 @@ class FailoverSide:
     name = "failover"
 
     def __init__(self, *, bootstrap_servers: str, log: DeliveryLog) -> None:
-        from failover_partitioner.producer import FailoverProducer
+        from failover_partitioner.confluent import FailoverProducer
 
         self._log = log
         self._producer = FailoverProducer(client_config(bootstrap_servers))

@@ -20,11 +20,11 @@ from typing import Any
 
 from pyspark.accumulators import Accumulator
 
-from failover_partitioner._spark.cache import ProducerCache
-from failover_partitioner._spark.factory import ExecutorProducer, Producer, open_producer
-from failover_partitioner._spark.spec import WriterSpec
-from failover_partitioner._spark.summary import WriteSummary
 from failover_partitioner.errors import FailoverError
+from failover_partitioner.spark.cache import ProducerCache
+from failover_partitioner.spark.factory import ExecutorProducer, Producer, open_producer
+from failover_partitioner.spark.spec import WriterSpec
+from failover_partitioner.spark.summary import WriteSummary
 
 _log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from failover_partitioner._demo.messages import decode
-from failover_partitioner._demo.producers import CLIENT_LOGGER
+from failover_partitioner.demo.messages import decode
+from failover_partitioner.demo.producers import CLIENT_LOGGER
 
 log = logging.getLogger(__name__)
 

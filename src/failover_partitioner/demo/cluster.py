@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from failover_partitioner._demo.partitions import PartitionRow
-from failover_partitioner._demo.producers import CLIENT_LOGGER
+from failover_partitioner.demo.partitions import PartitionRow
+from failover_partitioner.demo.producers import CLIENT_LOGGER
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from typing import Any, cast
 
 from pyspark import cloudpickle
 
-from failover_partitioner._spark.columns import RowLayout
-from failover_partitioner._spark.factory import validate
 from failover_partitioner.errors import ConfigError
+from failover_partitioner.spark.columns import RowLayout
+from failover_partitioner.spark.factory import validate
 
 # Spark ships closures with its vendored cloudpickle (untyped); checking with the same pickler
 # accepts exactly what Spark can send (lambdas and closures included).

@@ -16,15 +16,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from failover_partitioner._demo.cluster import (
+from failover_partitioner.demo.cluster import (
     DemoCluster,
     DemoError,
     EmbeddedCluster,
     ExternalCluster,
 )
-from failover_partitioner._demo.producers import CLIENT_LOGGER, FailoverSide, PlainSide, Side
-from failover_partitioner._demo.render import partition_table, producer_table, verdict
-from failover_partitioner._demo.runner import (
+from failover_partitioner.demo.producers import CLIENT_LOGGER, FailoverSide, PlainSide, Side
+from failover_partitioner.demo.render import partition_table, producer_table, verdict
+from failover_partitioner.demo.runner import (
     FAULT_KINDS,
     Console,
     DemoOptions,
@@ -32,7 +32,7 @@ from failover_partitioner._demo.runner import (
     run_demo,
     write_report,
 )
-from failover_partitioner._demo.stats import DeliveryLog
+from failover_partitioner.demo.stats import DeliveryLog
 
 __all__ = ["main"]
 
@@ -195,7 +195,7 @@ def _verdict(result: DemoResult) -> str:
 def _plot(result: DemoResult, path: Path) -> Path | None:
     if importlib.util.find_spec("matplotlib") is None:
         return None  # the `demo` extra is not installed: say so rather than fail at the end
-    from failover_partitioner._demo.plot import plot_deliveries
+    from failover_partitioner.demo.plot import plot_deliveries
 
     fault = result.fault
     window = None

@@ -20,16 +20,16 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from failover_partitioner._spark.columns import ColumnError, plan_rows
-from failover_partitioner._spark.executor import RowError, RowsFailedError, write_partition
-from failover_partitioner._spark.spec import (
+from failover_partitioner.errors import ConfigError
+from failover_partitioner.spark.columns import ColumnError, plan_rows
+from failover_partitioner.spark.executor import RowError, RowsFailedError, write_partition
+from failover_partitioner.spark.spec import (
     ProducerSettings,
     WriterSpec,
     check_flush_timeout,
     check_settings,
 )
-from failover_partitioner._spark.summary import SummaryParam, WriteSummary
-from failover_partitioner.errors import ConfigError
+from failover_partitioner.spark.summary import SummaryParam, WriteSummary
 
 __all__ = [
     "ColumnError",

@@ -22,8 +22,8 @@ from failover_partitioner._config import (
     producer_options,
 )
 from failover_partitioner._message import DeliveryReport, UndeliveredMessage
+from failover_partitioner.confluent import DeadLetterHook, FailoverProducer, ProducerStatistics
 from failover_partitioner.errors import ConfigError
-from failover_partitioner.producer import DeadLetterHook, FailoverProducer, ProducerStatistics
 
 # Each Python worker would start its own exporter on the same port: the second one fails.
 UNSUPPORTED_OPTIONS = {

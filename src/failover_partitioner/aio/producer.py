@@ -47,11 +47,6 @@ from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # 
     TopicPartition,
 )
 
-from failover_partitioner import _aio_client
-from failover_partitioner._aio_errors import error_class
-from failover_partitioner._aio_metadata import AioMetadataRefresher, AioMetadataSource
-from failover_partitioner._aio_settings import aio_client_settings
-from failover_partitioner._aio_wake import Wakeup
 from failover_partitioner._config import (
     STICKY_BYTES_DEFAULT,
     STICKY_MESSAGES_DEFAULT,
@@ -60,7 +55,12 @@ from failover_partitioner._config import (
     producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
-from failover_partitioner.core import NO_TOPIC, FailoverCore, check_topic
+from failover_partitioner.aio import _client as _aio_client
+from failover_partitioner.aio._errors import error_class
+from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
+from failover_partitioner.aio._settings import aio_client_settings
+from failover_partitioner.aio._wake import Wakeup
+from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
 from failover_partitioner.errors import (
     AuthenticationFailed,
     FailoverError,
@@ -70,7 +70,6 @@ from failover_partitioner.errors import (
 )
 from failover_partitioner.health import TopicMetadata, TopicView
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
-from failover_partitioner.producer import ProducerStatistics
 from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout
 
 __all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from failover_partitioner._demo.partitions import Snapshot, classify
-from failover_partitioner._demo.stats import ProducerSummary
+from failover_partitioner.demo.partitions import Snapshot, classify
+from failover_partitioner.demo.stats import ProducerSummary
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

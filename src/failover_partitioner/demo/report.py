@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from failover_partitioner._demo.partitions import Snapshot, classify
-from failover_partitioner._demo.stats import ProducerSummary
+from failover_partitioner.demo.partitions import Snapshot, classify
+from failover_partitioner.demo.stats import ProducerSummary
 
 # Keys next to the producers' names at the top level; a producer may not take one of these names.
 RESERVED_KEYS = frozenset({"fault", "run", "partitions"})

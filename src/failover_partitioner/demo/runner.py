@@ -17,16 +17,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from failover_partitioner._demo.cluster import DemoCluster, DemoError, Topic
-from failover_partitioner._demo.consume import ConsumedBack, consume_back
-from failover_partitioner._demo.messages import encode
-from failover_partitioner._demo.pacing import TokenBucket
-from failover_partitioner._demo.partitions import PartitionRow, Snapshot, degraded
-from failover_partitioner._demo.producers import Side
-from failover_partitioner._demo.render import ProgressFigures, progress_line
-from failover_partitioner._demo.report import FaultWindow, RunInfo, build_report
-from failover_partitioner._demo.schedule import Schedule
-from failover_partitioner._demo.stats import DeliveryLog, ProducerSummary, summarize
+from failover_partitioner.demo.cluster import DemoCluster, DemoError, Topic
+from failover_partitioner.demo.consume import ConsumedBack, consume_back
+from failover_partitioner.demo.messages import encode
+from failover_partitioner.demo.pacing import TokenBucket
+from failover_partitioner.demo.partitions import PartitionRow, Snapshot, degraded
+from failover_partitioner.demo.producers import Side
+from failover_partitioner.demo.render import ProgressFigures, progress_line
+from failover_partitioner.demo.report import FaultWindow, RunInfo, build_report
+from failover_partitioner.demo.schedule import Schedule
+from failover_partitioner.demo.stats import DeliveryLog, ProducerSummary, summarize
 
 FAULT_KINDS = ("isolate", "stop")
 # Brokers 4 and 5 of five: with RF=3 placement rotating over the brokers, several partitions

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from tenacity import AsyncRetrying
 
-from failover_partitioner._aio_wake import Wakeup
+from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.errors import MetadataUnavailable
 from failover_partitioner.health import PartitionMetadata, TopicMetadata
 from failover_partitioner.metadata import MinIsr, PartitionsAnswer, RefreshSchedule, _steps
