@@ -79,7 +79,9 @@ from confluent_kafka import KafkaError
 from failover_partitioner._config import (
     STICKY_BYTES_DEFAULT,
     STICKY_MESSAGES_DEFAULT,
+    ClientSettings,
     FailoverConfigWarning,
+    ProducerOptions,
     check_positive_number,
     client_settings,
     companion_conf,
@@ -418,7 +420,21 @@ class FailoverProducer:
             metrics_port=metrics_port,
             dead_letter_args="message, err",
         )
-        options = opts.choice
+        self._setup_accounting(conf, opts, settings, message_id_header, dead_letter)
+        self._make_client(settings)
+        self._setup_paths(conf, opts, settings, message_id_header)
+        self._start_services(conf, opts, client_rack, metrics_registry, metrics_port, metrics_addr)
+        self._opened = True  # from here on, __del__ warns unless close() was called
+
+    def _setup_accounting(
+        self,
+        conf: Mapping[str, Any],
+        opts: ProducerOptions,
+        settings: ClientSettings,
+        message_id_header: str | None,
+        dead_letter: DeadLetterHook | None,
+    ) -> None:
+        """The counters, the retry buffer and the record classes bound to them."""
         limit = opts.max_in_flight
         self._produce_timeout_s = opts.produce_timeout_s
         self._default_cb = settings.default_on_delivery
@@ -427,7 +443,7 @@ class FailoverProducer:
         self._id_prefix = os.urandom(8).hex().encode()
         self._ids = itertools.count()
         self._dead_letter = dead_letter
-        self._count_bytes = options.counts_bytes
+        self._count_bytes = opts.choice.counts_bytes
         self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
         self._limit = limit
 
@@ -459,6 +475,10 @@ class FailoverProducer:
             (_Fresh,),
             {"__slots__": (), "_c_out": self._c_out, "_failed": self._fresh_failed},
         )
+
+    def _make_client(self, settings: ClientSettings) -> None:
+        """The confluent-kafka client, its queue bounded at the in-flight limit."""
+        limit = self._limit
         client_conf = dict(settings.client_conf)
         # The healthy path sends without a check of its own: the client's queue bound is the
         # in-flight limit (or the user's, if lower), so a full queue is the limit reached.
@@ -487,6 +507,17 @@ class FailoverProducer:
             self._solo_client: Any = None
         except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
             raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
+
+    def _setup_paths(
+        self,
+        conf: Mapping[str, Any],
+        opts: ProducerOptions,
+        settings: ClientSettings,
+        message_id_header: str | None,
+    ) -> None:
+        """The produce paths' shortcuts, and the core that decides for them."""
+        limit = self._limit
+        options = opts.choice
         self._produce_raw = self._client.produce
         self._produce_batch_raw = self._client.produce_batch
         # produce_batch hands the client at most this many at once, and never more than the
@@ -536,6 +567,16 @@ class FailoverProducer:
         self._attention = False
         self._attention_at = 0.0
 
+    def _start_services(
+        self,
+        conf: Mapping[str, Any],
+        opts: ProducerOptions,
+        client_rack: str | None,
+        metrics_registry: Any,
+        metrics_port: int | None,
+        metrics_addr: str,
+    ) -> None:
+        """The metadata thread and the metrics exporter."""
         self._source = ConfluentMetadataSource(
             self._client, admin_config(conf), want_racks=client_rack is not None
         )
@@ -561,7 +602,6 @@ class FailoverProducer:
             self._client.close()
             raise
         self._meta.start()
-        self._opened = True  # from here on, __del__ warns unless close() was called
 
     # -- producing --------------------------------------------------------------------------
 
@@ -631,7 +671,20 @@ class FailoverProducer:
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, p, fresh)
                 return
-        # Otherwise the common cases still run inline, for the same reason.
+        self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
+
+    def _produce_failover(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: Mapping[str, Any] | list[tuple[str, Any]] | None,
+        on_delivery: DeliveryCallback | None,
+        timestamp: int | None,
+        partition: int | None,
+    ) -> None:
+        """``produce`` off the healthy path: the core routes the message (the keyless common
+        case through the chooser's own rotation, the core's answer for it, without a frame)."""
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
         if key is None and headers is None and timestamp is None and partition is None:
@@ -679,87 +732,95 @@ class FailoverProducer:
             _key_bytes(key)  # a bad key type raises here, before the message is accepted
         if on_delivery is not None and not callable(on_delivery):
             raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
-        chooser = self._choosers.get(topic)
-        if chooser is None:
+        known = topic in self._choosers
+        if not known:
             check_topic(topic)  # a known topic was checked when first seen
         # Headers already in confluent-kafka's list-of-pairs form (the mirror's) stay inline
         # too: the client checks each pair as it converts them, and a refusal is reported
         # with a clear message before the message is accepted (see _produce_raised).
-        if chooser is not None and self._simple and (headers is None or type(headers) is list):
-            if partition is not None and chooser.usable(partition):
-                p = partition
-            elif key is None:
-                if self._count_bytes:
-                    p = chooser.keyless(len(value) if value else 0)
-                else:
-                    p = chooser.next_keyless()
-            else:
-                p = chooser.keyed(key if type(key) is bytes else _key_bytes(key))
+        if known and self._simple and (headers is None or type(headers) is list):
+            p = self._core.route(
+                topic,
+                key if key is None or type(key) is bytes else _key_bytes(key),
+                len(value) if value and self._count_bytes else 0,
+                partition,
+            )
             if p >= 0 or p == CLIENT_PARTITIONER:
-                if p < 0:
-                    p = _ANY_PARTITION
-                if headers is None:
-                    if on_delivery is None and self._plain:
-                        # No callback, no headers: no record either (see _report).
-                        try:
-                            # A failure report has no timestamp: one given is kept for a retry.
-                            report = (
-                                self._report_cb
-                                if timestamp is None
-                                else _partial(self._report_keeping, None, timestamp)
-                            )
-                            self._produce_raw(topic, value, key, p, report, None, timestamp or 0)
-                        except (BufferError, confluent_kafka.KafkaException):
-                            # Queue full, or refused: the record path waits or decides.
-                            self._produce_with_record(
-                                topic, value, key, headers, on_delivery, timestamp
-                            )
-                        return
-                    kept = None
-                else:
-                    # The client checks values but writes any name as str(name) (a bytes
-                    # name becomes "b'...'"): refuse that here, as the checked path does.
-                    try:
-                        for name, _ in headers:
-                            if type(name) is not str:
-                                raise TypeError
-                    except (TypeError, ValueError):
-                        _normalise_headers(headers, topic)  # raises, naming the pair
-                    kept = headers
-                if isinstance(on_delivery, DeliveryGroup):
-                    # No record: the group hears of a first-attempt delivery without a report,
-                    # and a failure is rebuilt from the client's (see DeliveryGroup).
-                    report = on_delivery._client_report
-                    if report is None or report.producer is not self:
-                        report = on_delivery._client_report = _GroupReport(self, on_delivery)
-                    if kept is not None or timestamp is not None:
-                        if kept is not None:
-                            kept = kept[:]  # the caller may reuse its list; a retry needs these
-                        report = _partial(report.keeping, kept, timestamp)
-                    try:
-                        self._produce_raw(topic, value, key, p, report, None, timestamp or 0, kept)
-                    except BaseException as exc:
-                        rec = self._record_cls.new(topic, value, key, kept, timestamp, on_delivery)
-                        rec._partition = p
-                        rec._attempts = 1
-                        self._produce_raised(rec, exc, first=True)
-                    return
-                if kept is not None:
-                    kept = kept[:]  # the caller may reuse its list; a retry needs these
-                rec = self._record_cls()
-                rec._cb = self._default_cb if on_delivery is None else on_delivery
-                rec._entry = None
-                rec._m = (topic, value, key, kept, timestamp)
-                rec._partition = p
-                rec._attempts = 1
-                try:
-                    self._produce_raw(topic, value, key, p, rec, None, timestamp or 0, kept)
-                except BaseException as exc:
-                    self._produce_raised(rec, exc, first=True)
+                self._produce_routed(topic, value, key, headers, on_delivery, timestamp, p)
                 return
         self._produce_with_record(
             topic, value, key, headers, on_delivery, timestamp, prefer=partition
         )
+
+    def _produce_routed(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: list[tuple[str, Any]] | None,
+        on_delivery: DeliveryCallback | None,
+        timestamp: int | None,
+        p: int,
+    ) -> None:
+        """Send a first attempt the core routed to ``p``, with no record where none is needed."""
+        if p < 0:
+            p = _ANY_PARTITION
+        if headers is None:
+            if on_delivery is None and self._plain:
+                # No callback, no headers: no record either (see _report).
+                try:
+                    # A failure report has no timestamp: one given is kept for a retry.
+                    report = (
+                        self._report_cb
+                        if timestamp is None
+                        else _partial(self._report_keeping, None, timestamp)
+                    )
+                    self._produce_raw(topic, value, key, p, report, None, timestamp or 0)
+                except (BufferError, confluent_kafka.KafkaException):
+                    # Queue full, or refused: the record path waits or decides.
+                    self._produce_with_record(topic, value, key, headers, on_delivery, timestamp)
+                return
+            kept = None
+        else:
+            # The client checks values but writes any name as str(name) (a bytes
+            # name becomes "b'...'"): refuse that here, as the checked path does.
+            try:
+                for name, _ in headers:
+                    if type(name) is not str:
+                        raise TypeError
+            except (TypeError, ValueError):
+                _normalise_headers(headers, topic)  # raises, naming the pair
+            kept = headers
+        if isinstance(on_delivery, DeliveryGroup):
+            # No record: the group hears of a first-attempt delivery without a report,
+            # and a failure is rebuilt from the client's (see DeliveryGroup).
+            report = on_delivery._client_report
+            if report is None or report.producer is not self:
+                report = on_delivery._client_report = _GroupReport(self, on_delivery)
+            if kept is not None or timestamp is not None:
+                if kept is not None:
+                    kept = kept[:]  # the caller may reuse its list; a retry needs these
+                report = _partial(report.keeping, kept, timestamp)
+            try:
+                self._produce_raw(topic, value, key, p, report, None, timestamp or 0, kept)
+            except BaseException as exc:
+                rec = self._record_cls.new(topic, value, key, kept, timestamp, on_delivery)
+                rec._partition = p
+                rec._attempts = 1
+                self._produce_raised(rec, exc, first=True)
+            return
+        if kept is not None:
+            kept = kept[:]  # the caller may reuse its list; a retry needs these
+        rec = self._record_cls()
+        rec._cb = self._default_cb if on_delivery is None else on_delivery
+        rec._entry = None
+        rec._m = (topic, value, key, kept, timestamp)
+        rec._partition = p
+        rec._attempts = 1
+        try:
+            self._produce_raw(topic, value, key, p, rec, None, timestamp or 0, kept)
+        except BaseException as exc:
+            self._produce_raised(rec, exc, first=True)
 
     def produce_batch(
         self,
