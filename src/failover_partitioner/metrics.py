@@ -33,36 +33,15 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from failover_partitioner.core.statistics import MetricsSnapshot, TopicMetrics
+
 __all__ = ["MetricsSnapshot", "ProducerMetrics", "TopicMetrics"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopicMetrics:
-    """Per-topic figures: partitions per state name, quarantines so far, metadata age."""
-
-    partitions_by_state: Mapping[str, int]
-    quarantines: int
-    metadata_age_s: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MetricsSnapshot:
-    produced: int
-    delivered: int
-    rerouted: int
-    retries: int
-    final_failures: int
-    possible_duplicates: int
-    in_flight: int
-    failed_buffer_depth: int
-    topics: Mapping[str, TopicMetrics] = field(default_factory=dict)
 
 
 _COUNTERS = (

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import itertools
 import logging
 import os
 import time
 import warnings
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any
@@ -44,7 +42,6 @@ from aiokafka.record.default_records import (  # type: ignore[import-untyped,unu
 )
 from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     RecordMetadata,
-    TopicPartition,
 )
 
 from failover_partitioner._config import (
@@ -57,10 +54,12 @@ from failover_partitioner._config import (
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.aio import _client as _aio_client
 from failover_partitioner.aio._errors import error_class
+from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import aio_client_settings
 from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
+from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
 from failover_partitioner.errors import (
     AuthenticationFailed,
     FailoverError,
@@ -69,7 +68,7 @@ from failover_partitioner.errors import (
     ProduceTimeout,
 )
 from failover_partitioner.health import TopicMetadata, TopicView
-from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
+from failover_partitioner.metrics import ProducerMetrics
 from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout
 
 __all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]
@@ -80,102 +79,9 @@ AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
 """``hook(message, exc)``: called once, on the loop, for each message that failed finally."""
 
 HeadersIn = Mapping[str, bytes | str | None] | list[tuple[str, bytes | str | None]] | None
-_Headers = list[tuple[str, bytes | None]]
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
 _names = itertools.count(1)
-
-
-class _Message:
-    """One accepted message and where its current attempt stands."""
-
-    __slots__ = (
-        "attempts",
-        "dup",
-        "entry",
-        "future",
-        "headers",
-        "key",
-        "partition",
-        "sent",
-        "solo",
-        "timestamp",
-        "topic",
-        "value",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        headers: _Headers | None,
-        timestamp: int | None,
-        future: asyncio.Future[Any],
-    ) -> None:
-        self.topic = topic
-        self.value = value
-        self.key = key
-        self.headers = headers
-        self.timestamp = timestamp
-        self.future = future
-        self.entry: Entry[_Message] | None = None
-        self.partition = -1
-        self.attempts = 0
-        self.dup = False  # an earlier attempt may have been written
-        self.sent = False  # handed to aiokafka, no answer yet
-        self.solo = False  # must travel in a batch of its own
-
-    def undelivered(self, last_error: object) -> UndeliveredMessage:
-        return UndeliveredMessage(
-            topic=self.topic,
-            value=self.value,
-            key=self.key,
-            headers=None if self.headers is None else tuple(self.headers),
-            timestamp=self.timestamp,
-            attempts=self.attempts,
-            last_error=last_error,
-            possibly_delivered=self.dup or self.sent,
-        )
-
-
-class _Batch:
-    __slots__ = ("builder", "lane", "messages")
-
-    def __init__(self, lane: _Lane, builder: Any) -> None:
-        self.lane = lane
-        self.builder = builder
-        self.messages: list[_Message] = []
-
-
-class _Lane:
-    """One partition: its open batch, closed batches waiting, and whether its task runs."""
-
-    __slots__ = ("busy", "open", "partition", "ready", "topic", "tp")
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.tp = TopicPartition(topic, partition)
-        self.open: _Batch | None = None
-        self.ready: deque[_Batch] = deque()
-        self.busy = False
-
-    def take(self) -> _Batch | None:
-        if self.ready:
-            return self.ready.popleft()
-        batch = self.open
-        if batch is not None and batch.messages:
-            self.open = None
-            return batch
-        return None
-
-
-def _lane(lanes: list[_Lane], topic: str, partition: int) -> _Lane:
-    """``topic`` [``partition``]'s lane, made on first use."""
-    while len(lanes) <= partition:
-        lanes.append(_Lane(topic, len(lanes)))
-    return lanes[partition]
 
 
 def _as_bytes(what: str, topic: str, value: object) -> bytes | None:
@@ -191,7 +97,7 @@ def _as_bytes(what: str, topic: str, value: object) -> bytes | None:
     )
 
 
-def _normalise_headers(headers: object, topic: str) -> _Headers:
+def _normalise_headers(headers: object, topic: str) -> Headers:
     items: Any
     if isinstance(headers, Mapping):
         items = headers.items()
@@ -202,7 +108,7 @@ def _normalise_headers(headers: object, topic: str) -> _Headers:
             f"headers for topic {topic!r} must be a dict or a list of (str, bytes) pairs, "
             f"got {type(headers).__name__}"
         )
-    out: _Headers = []
+    out: Headers = []
     for h in items:
         if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)):
             raise TypeError(
@@ -295,13 +201,13 @@ class AsyncFailoverProducer:
         self._name = settings.client_id or f"failover-async-producer-{next(_names)}"
         self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
 
-        self._buffer: AsyncRetryBuffer[_Message] = AsyncRetryBuffer(
+        self._buffer: AsyncRetryBuffer[Message] = AsyncRetryBuffer(
             max_in_flight=opts.max_in_flight,
             policy=opts.retry_policy,
             on_final_failure=self._on_final_failure,
         )
         # The decisions (routing, failures, quarantine, retries); one event loop: no lock.
-        self._core: FailoverCore[Entry[_Message]] = FailoverCore(
+        self._core: FailoverCore[Entry[Message]] = FailoverCore(
             self._buffer, options=opts.choice, quarantine=opts.quarantine, clock=time.monotonic
         )
         self._state = _NEW
@@ -310,14 +216,10 @@ class AsyncFailoverProducer:
         self._first_answer = False
         self._meta: AioMetadataRefresher | None = None
         self._metrics: ProducerMetrics | None = None
-        self._lanes: dict[str, list[_Lane]] = {}
+        self._lanes: Lanes | None = None  # made by start(), with the inner client
         self._first_fetch: dict[str, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self._retry_task: asyncio.Task[None] | None = None
         self._retry_wake = Wakeup()
-        self._handed_over: set[_Batch] = set()
-        self._answered = Wakeup()
-        self._backlog = False
         self._undelivered: list[UndeliveredMessage] | None = None
         self._stopping: asyncio.Task[list[UndeliveredMessage]] | None = None
 
@@ -346,6 +248,7 @@ class AsyncFailoverProducer:
         self._loop = loop
         self._inner = inner
         self._first_answer = first_answer
+        self._lanes = Lanes(loop, inner, self._buffer, self._batch_failed)
         self._meta = AioMetadataRefresher(
             AioMetadataSource(inner.client),
             self._on_metadata,
@@ -400,7 +303,7 @@ class AsyncFailoverProducer:
         """
         if self._state != _RUNNING:
             raise self._not_running(topic)
-        if self._backlog:
+        if self._lanes is not None and self._lanes.backlog:
             # The caller outruns a partition (closed batches pile up behind its task): give
             # the tasks and the I/O a turn, as aiokafka's send does when a batch is full.
             await asyncio.sleep(0)
@@ -445,7 +348,7 @@ class AsyncFailoverProducer:
 
     def _message(
         self, topic: str, value: object, key: object, headers: object, timestamp_ms: int | None
-    ) -> _Message:
+    ) -> Message:
         """Validate and serialise a message; raises before anything is accepted."""
         if topic not in self._core.topics:
             check_topic(topic)  # a known topic was checked when first seen
@@ -472,9 +375,9 @@ class AsyncFailoverProducer:
                 f"max_request_size={settings.max_request_size}; it was not accepted"
             )
         assert self._loop is not None
-        return _Message(topic, vbytes, kbytes, hlist, timestamp_ms, self._loop.create_future())
+        return Message(topic, vbytes, kbytes, hlist, timestamp_ms, self._loop.create_future())
 
-    async def _admit_waiting(self, msg: _Message) -> Entry[_Message]:
+    async def _admit_waiting(self, msg: Message) -> Entry[Message]:
         """At the in-flight limit: re-send due failed messages first, then wait for room."""
         timeout = self._produce_timeout_s
         deadline = time.monotonic() + timeout
@@ -498,7 +401,7 @@ class AsyncFailoverProducer:
             except BufferClosed:
                 raise ProducerClosed(f"send to {msg.topic!r}: the producer was stopped") from None
 
-    def _dispatch(self, msg: _Message) -> None:
+    def _dispatch(self, msg: Message) -> None:
         """Choose a partition and append ``msg`` to its open batch, or let it wait."""
         topic = msg.topic
         core = self._core
@@ -516,121 +419,10 @@ class AsyncFailoverProducer:
         core.sent(msg.partition, p)
         msg.partition = p
         msg.attempts += 1
-        lanes = self._lanes.get(topic)
-        if lanes is None:
-            lanes = self._lanes[topic] = []
-        self._append(_lane(lanes, topic, p), msg)
+        assert self._lanes is not None
+        self._lanes.append(topic, p, msg)
 
-    def _append(self, lane: _Lane, msg: _Message) -> None:
-        batch = lane.open
-        if batch is not None and msg.solo and batch.messages:
-            lane.ready.append(batch)
-            batch = None
-        if batch is None:
-            batch = lane.open = _Batch(lane, self._inner.create_batch())
-        md = batch.builder.append(
-            timestamp=msg.timestamp, key=msg.key, value=msg.value, headers=msg.headers
-        )
-        if md is None:  # full: close it and start another (a first record always fits)
-            lane.ready.append(batch)
-            if len(lane.ready) > 1:
-                self._backlog = True
-            batch = lane.open = _Batch(lane, self._inner.create_batch())
-            md = batch.builder.append(
-                timestamp=msg.timestamp, key=msg.key, value=msg.value, headers=msg.headers
-            )
-        if msg.timestamp is None:
-            msg.timestamp = md.timestamp  # every later attempt keeps the first CreateTime
-        batch.messages.append(msg)
-        if msg.solo:
-            lane.ready.append(batch)
-            lane.open = None
-        if not lane.busy:
-            lane.busy = True
-            assert self._loop is not None
-            task = self._loop.create_task(self._pump(lane))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pump(self, lane: _Lane) -> None:
-        """Hand ``lane``'s batches to aiokafka one at a time (it queues one per partition)."""
-        send_batch = self._inner.send_batch
-        try:
-            while True:
-                batch = lane.take()
-                if batch is None:
-                    return
-                if len(lane.ready) < 2:
-                    self._backlog = False
-                for m in batch.messages:
-                    m.sent = True
-                try:
-                    future = await send_batch(batch.builder, lane.topic, partition=lane.partition)
-                except asyncio.CancelledError:
-                    for m in batch.messages:
-                        m.sent = False  # never reached aiokafka: stop() hands it back
-                    raise
-                except Exception as exc:
-                    self._batch_failed(batch, exc)
-                    continue
-                self._handed_over.add(batch)
-                future.add_done_callback(functools.partial(self._batch_done, batch))
-        finally:
-            lane.busy = False
-
-    # -- outcomes (done-callbacks: they report, they never send) ------------------------------
-
-    def _batch_done(self, batch: _Batch, future: asyncio.Future[Any]) -> None:
-        handed_over = self._handed_over
-        handed_over.discard(batch)
-        if not handed_over:
-            self._answered.set()
-        if self._buffer.closed:
-            return  # stop() already handed these messages back
-        if future.cancelled():
-            self._batch_failed(batch, asyncio.CancelledError())
-            return
-        exc = future.exception()
-        if exc is not None:
-            self._batch_failed(batch, exc)
-            return
-        md = future.result()
-        delivered = self._buffer.delivered
-        lane = batch.lane
-        if md is None:  # acks=0: no offsets
-            for m in batch.messages:
-                m.sent = False
-                assert m.entry is not None
-                delivered(m.entry)
-                if not m.future.done():
-                    m.future.set_result(None)
-            return
-        base, ts, ts_type, log_start = (
-            md.offset,
-            md.timestamp,
-            md.timestamp_type,
-            md.log_start_offset,
-        )
-        topic, partition, tp = lane.topic, lane.partition, lane.tp
-        for i, m in enumerate(batch.messages):
-            m.sent = False
-            assert m.entry is not None
-            delivered(m.entry)
-            f = m.future
-            if not f.done():
-                f.set_result(
-                    RecordMetadata(
-                        topic,
-                        partition,
-                        tp,
-                        base + i,
-                        m.timestamp if ts == -1 else ts,
-                        ts_type,
-                        log_start,
-                    )
-                )
-
-    def _batch_failed(self, batch: _Batch, exc: BaseException) -> None:
+    def _batch_failed(self, batch: Batch, exc: BaseException) -> None:
         ec = error_class(exc)
         lane = batch.lane
         heed = self._core.heed(lane.topic, lane.partition, ec)
@@ -658,7 +450,7 @@ class AsyncFailoverProducer:
         if queued:
             self._retry_wake.set()
 
-    def _on_final_failure(self, entry: Entry[_Message], error: object) -> None:
+    def _on_final_failure(self, entry: Entry[Message], error: object) -> None:
         msg = entry.item
         if entry.possibly_duplicated:
             msg.dup = True
@@ -773,7 +565,9 @@ class AsyncFailoverProducer:
 
     async def _stop(self, timeout: float | None) -> list[UndeliveredMessage]:
         await self._buffer.wait_idle(timeout)
-        background: list[asyncio.Task[Any]] = [*self._tasks, *self._first_fetch.values()]
+        lanes = self._lanes
+        assert lanes is not None
+        background: list[asyncio.Task[Any]] = [*lanes.tasks, *self._first_fetch.values()]
         if self._retry_task is not None:
             background.append(self._retry_task)
         for task in background:
@@ -787,10 +581,10 @@ class AsyncFailoverProducer:
         except Exception:
             # What it still held is handed back below, marked as possibly delivered.
             logger.exception("%s: the inner aiokafka producer failed to stop cleanly", self._name)
-        if self._handed_over:
+        if lanes.handed_over:
             # Their futures are resolved; the done-callbacks run on the next loop turns.
-            self._answered.clear()
-            await self._answered.wait(1.0)
+            lanes.answered.clear()
+            await lanes.answered.wait(1.0)
         left = self._buffer.close()
         undelivered = []
         for entry in left:
@@ -884,27 +678,7 @@ class AsyncFailoverProducer:
         return None if self._metrics is None else self._metrics.http_port
 
     def _metrics_snapshot(self) -> MetricsSnapshot:
-        # Called from the scraping thread: read, never change, and copy containers first.
-        s = self._buffer.statistics()
-        topics = {}
-        for topic, state in list(self._core.topics.items()):
-            counts = state.chooser.view.counts()
-            topics[topic] = TopicMetrics(
-                partitions_by_state={k.name: v for k, v in counts.items()},
-                quarantines=state.quarantines,
-                metadata_age_s=self.metadata_age_s(topic),
-            )
-        return MetricsSnapshot(
-            produced=s.admitted,
-            delivered=s.delivered,
-            rerouted=self._core.rerouted,
-            retries=s.retries,
-            final_failures=s.final_failures,
-            possible_duplicates=s.possibly_duplicated,
-            in_flight=s.in_flight,
-            failed_buffer_depth=s.failed_depth,
-            topics=topics,
-        )
+        return metrics_snapshot(self.statistics(), self._core.topics, self.metadata_age_s)
 
     def __repr__(self) -> str:
         state = ("new", "running", "stopping", "stopped")[self._state]

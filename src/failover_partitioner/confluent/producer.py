@@ -95,6 +95,7 @@ from failover_partitioner._message import (
 )
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
 from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
+from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
 from failover_partitioner.errors import (
     REFUSED_RIGHTS,
     AuthenticationFailed,
@@ -114,7 +115,7 @@ from failover_partitioner.health import (
 )
 from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource, admin_config
-from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
+from failover_partitioner.metrics import ProducerMetrics
 from retry_buffer import Entry, RetryBuffer
 
 __all__ = ["DeadLetterHook", "DeliveryCallback", "FailoverProducer", "ProducerStatistics"]
@@ -1684,26 +1685,7 @@ class FailoverProducer:
         return self._metrics.http_port
 
     def _metrics_snapshot(self) -> MetricsSnapshot:
-        s = self.statistics()
-        topics = {}
-        for topic, state in list(self._core.topics.items()):
-            counts = state.view.counts()
-            topics[topic] = TopicMetrics(
-                partitions_by_state={k.name: v for k, v in counts.items()},
-                quarantines=state.quarantines,
-                metadata_age_s=self._meta.age_s(topic),
-            )
-        return MetricsSnapshot(
-            produced=s.produced,
-            delivered=s.delivered,
-            rerouted=s.rerouted,
-            retries=s.retries,
-            final_failures=s.final_failures,
-            possible_duplicates=s.possible_duplicates,
-            in_flight=s.in_flight,
-            failed_buffer_depth=s.failed_buffer_depth,
-            topics=topics,
-        )
+        return metrics_snapshot(self.statistics(), self._core.topics, self.metadata_age_s)
 
 
 class _ErrorsOnly:

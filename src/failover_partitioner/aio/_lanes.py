@@ -1,0 +1,249 @@
+"""The asyncio shell's sending side: messages, per-partition batches, and the tasks that hand
+them to aiokafka. No decision is made here: where a message goes is the core's answer."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+    RecordMetadata,
+    TopicPartition,
+)
+
+from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner.aio._wake import Wakeup
+from retry_buffer import AsyncRetryBuffer, Entry
+
+__all__ = ["Batch", "Headers", "Lane", "Lanes", "Message"]
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class Message:
+    """One accepted message and where its current attempt stands."""
+
+    __slots__ = (
+        "attempts",
+        "dup",
+        "entry",
+        "future",
+        "headers",
+        "key",
+        "partition",
+        "sent",
+        "solo",
+        "timestamp",
+        "topic",
+        "value",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers | None,
+        timestamp: int | None,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.topic = topic
+        self.value = value
+        self.key = key
+        self.headers = headers
+        self.timestamp = timestamp
+        self.future = future
+        self.entry: Entry[Message] | None = None
+        self.partition = -1
+        self.attempts = 0
+        self.dup = False  # an earlier attempt may have been written
+        self.sent = False  # handed to aiokafka, no answer yet
+        self.solo = False  # must travel in a batch of its own
+
+    def undelivered(self, last_error: object) -> UndeliveredMessage:
+        return UndeliveredMessage(
+            topic=self.topic,
+            value=self.value,
+            key=self.key,
+            headers=None if self.headers is None else tuple(self.headers),
+            timestamp=self.timestamp,
+            attempts=self.attempts,
+            last_error=last_error,
+            possibly_delivered=self.dup or self.sent,
+        )
+
+
+class Batch:
+    __slots__ = ("builder", "lane", "messages")
+
+    def __init__(self, lane: Lane, builder: Any) -> None:
+        self.lane = lane
+        self.builder = builder
+        self.messages: list[Message] = []
+
+
+class Lane:
+    """One partition: its open batch, closed batches waiting, and whether its task runs."""
+
+    __slots__ = ("busy", "open", "partition", "ready", "topic", "tp")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.tp = TopicPartition(topic, partition)
+        self.open: Batch | None = None
+        self.ready: deque[Batch] = deque()
+        self.busy = False
+
+    def take(self) -> Batch | None:
+        if self.ready:
+            return self.ready.popleft()
+        batch = self.open
+        if batch is not None and batch.messages:
+            self.open = None
+            return batch
+        return None
+
+
+class Lanes:
+    """Every partition's open batch and the task handing its closed batches to aiokafka, one
+    at a time (aiokafka queues one per partition), so a stalled partition holds up no other.
+    A batch's answer delivers its messages; a failure goes to ``failed`` (the producer's, which
+    asks the core). ``backlog``: the caller outruns a partition (closed batches pile up)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inner: Any,
+        buffer: AsyncRetryBuffer[Message],
+        failed: Callable[[Batch, BaseException], None],
+    ) -> None:
+        self._loop = loop
+        self._inner = inner
+        self._buffer = buffer
+        self._failed = failed
+        self._lanes: dict[str, list[Lane]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.handed_over: set[Batch] = set()
+        self.answered = Wakeup()
+        self.backlog = False
+
+    def append(self, topic: str, partition: int, msg: Message) -> None:
+        """Add ``msg`` to ``topic`` [``partition``]'s open batch (its lane made on first use)."""
+        lanes = self._lanes.get(topic)
+        if lanes is None:
+            lanes = self._lanes[topic] = []
+        while len(lanes) <= partition:
+            lanes.append(Lane(topic, len(lanes)))
+        self._append(lanes[partition], msg)
+
+    def _append(self, lane: Lane, msg: Message) -> None:
+        batch = lane.open
+        if batch is not None and msg.solo and batch.messages:
+            lane.ready.append(batch)
+            batch = None
+        if batch is None:
+            batch = lane.open = Batch(lane, self._inner.create_batch())
+        md = batch.builder.append(
+            timestamp=msg.timestamp, key=msg.key, value=msg.value, headers=msg.headers
+        )
+        if md is None:  # full: close it and start another (a first record always fits)
+            lane.ready.append(batch)
+            if len(lane.ready) > 1:
+                self.backlog = True
+            batch = lane.open = Batch(lane, self._inner.create_batch())
+            md = batch.builder.append(
+                timestamp=msg.timestamp, key=msg.key, value=msg.value, headers=msg.headers
+            )
+        if msg.timestamp is None:
+            msg.timestamp = md.timestamp  # every later attempt keeps the first CreateTime
+        batch.messages.append(msg)
+        if msg.solo:
+            lane.ready.append(batch)
+            lane.open = None
+        if not lane.busy:
+            lane.busy = True
+            task = self._loop.create_task(self._pump(lane))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _pump(self, lane: Lane) -> None:
+        """Hand ``lane``'s batches to aiokafka one at a time (it queues one per partition)."""
+        send_batch = self._inner.send_batch
+        try:
+            while True:
+                batch = lane.take()
+                if batch is None:
+                    return
+                if len(lane.ready) < 2:
+                    self.backlog = False
+                for m in batch.messages:
+                    m.sent = True
+                try:
+                    future = await send_batch(batch.builder, lane.topic, partition=lane.partition)
+                except asyncio.CancelledError:
+                    for m in batch.messages:
+                        m.sent = False  # never reached aiokafka: stop() hands it back
+                    raise
+                except Exception as exc:
+                    self._failed(batch, exc)
+                    continue
+                self.handed_over.add(batch)
+                future.add_done_callback(functools.partial(self._batch_done, batch))
+        finally:
+            lane.busy = False
+
+    # -- answers (done-callbacks: they report, they never send) -------------------------------
+
+    def _batch_done(self, batch: Batch, future: asyncio.Future[Any]) -> None:
+        handed_over = self.handed_over
+        handed_over.discard(batch)
+        if not handed_over:
+            self.answered.set()
+        if self._buffer.closed:
+            return  # stop() already handed these messages back
+        if future.cancelled():
+            self._failed(batch, asyncio.CancelledError())
+            return
+        exc = future.exception()
+        if exc is not None:
+            self._failed(batch, exc)
+            return
+        md = future.result()
+        delivered = self._buffer.delivered
+        lane = batch.lane
+        if md is None:  # acks=0: no offsets
+            for m in batch.messages:
+                m.sent = False
+                assert m.entry is not None
+                delivered(m.entry)
+                if not m.future.done():
+                    m.future.set_result(None)
+            return
+        base, ts, ts_type, log_start = (
+            md.offset,
+            md.timestamp,
+            md.timestamp_type,
+            md.log_start_offset,
+        )
+        topic, partition, tp = lane.topic, lane.partition, lane.tp
+        for i, m in enumerate(batch.messages):
+            m.sent = False
+            assert m.entry is not None
+            delivered(m.entry)
+            f = m.future
+            if not f.done():
+                f.set_result(
+                    RecordMetadata(
+                        topic,
+                        partition,
+                        tp,
+                        base + i,
+                        m.timestamp if ts == -1 else ts,
+                        ts_type,
+                        log_start,
+                    )
+                )
