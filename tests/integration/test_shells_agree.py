@@ -4,8 +4,8 @@ confluent-kafka shell (``FailoverProducer.produce``) and the asyncio one
 
 Each case is a message and what must happen to it: accepted and delivered, or refused before it
 is accepted with the exception type given (nothing counted in flight, nothing delivered). The
-rules behind the answers live once (``_topics.check_topic``, ``errors.try_alone``); this table
-holds the shells to them.
+rules behind the answers live once (``core.check_topic``, ``errors.try_alone``, the core's
+failure verdicts); these tables hold the shells to them.
 """
 
 from __future__ import annotations
@@ -17,12 +17,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiokafka import errors as aiokafka_errors  # type: ignore[import-untyped,unused-ignore]
 from confluent_kafka import KafkaError
 
 from failover_partitioner import FailoverProducer
 from failover_partitioner.aio import AsyncFailoverProducer
-from failover_partitioner.errors import classify, try_alone
+from failover_partitioner.aio._errors import error_class
+from failover_partitioner.choose import ChoiceOptions
+from failover_partitioner.core import FailoverCore
+from failover_partitioner.errors import ErrorClass, classify, try_alone
+from failover_partitioner.health import PartitionMetadata, TopicMetadata
+from failover_partitioner.quarantine import QuarantinePolicy
 from minibroker import Cluster
+from retry_buffer import RetryBuffer
 
 TOPIC = "agree"
 
@@ -142,3 +149,70 @@ def test_an_unclosed_failover_producer_warns(cluster: Cluster) -> None:
     del p
     with pytest.warns(ResourceWarning, match="unclosed FailoverProducer"):
         gc.collect()
+
+
+# A failed attempt, as each shell's client reports it, and what the core makes of it. The
+# confluent shell gets a KafkaError (classified with errors.classify) and never knows the
+# refused batch's size; the asyncio shell gets aiokafka's exception (aio._errors.error_class)
+# with its batch's size (3 here). Both hand the result to FailoverCore.heed/failed, exactly as
+# FailoverProducer._on_failure/_heed and AsyncFailoverProducer._batch_failed do.
+# (code, quarantined, refresh metadata, queued for a retry, tried alone, possibly written)
+FAILURES = [
+    pytest.param(19, True, True, True, False, False, id="NOT_ENOUGH_REPLICAS"),
+    pytest.param(20, True, True, True, False, True, id="NOT_ENOUGH_REPLICAS_AFTER_APPEND"),
+    pytest.param(6, True, True, True, False, False, id="NOT_LEADER_OR_FOLLOWER"),
+    pytest.param(7, True, True, True, False, True, id="REQUEST_TIMED_OUT"),
+    pytest.param(3, True, True, True, False, False, id="UNKNOWN_TOPIC_OR_PART"),
+    pytest.param(10, False, False, True, True, False, id="MSG_SIZE_TOO_LARGE"),
+    pytest.param(18, False, False, True, True, False, id="RECORD_LIST_TOO_LARGE"),
+    pytest.param(2, False, False, True, True, False, id="CORRUPT_MESSAGE"),
+    pytest.param(
+        87,
+        False,
+        False,
+        True,
+        True,
+        False,
+        id="INVALID_RECORD",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="aiokafka has no exception for code 87: it raises UnknownError (errno -1), "
+            "which the asyncio shell must read as unknown (retried, quarantined), not per record",
+        ),
+    ),
+    pytest.param(29, False, False, False, False, False, id="TOPIC_AUTHORIZATION_FAILED"),
+    pytest.param(17, False, False, False, False, False, id="INVALID_TOPIC_EXCEPTION"),
+]
+
+
+def _verdict(ec: ErrorClass, batch_size: int | None) -> tuple[bool, ...]:
+    """What a fresh core answers to one failed attempt of a message sent to partition 1."""
+    now = [100.0]
+    buffer: RetryBuffer[str] = RetryBuffer(max_in_flight=4, clock=lambda: now[0])
+    core: FailoverCore[Any] = FailoverCore(
+        buffer, options=ChoiceOptions(), quarantine=QuarantinePolicy(), clock=lambda: now[0]
+    )
+    parts = tuple(
+        PartitionMetadata(partition=p, leader=1, replicas=(1, 2, 3), isr=(1, 2, 3))
+        for p in range(3)
+    )
+    core.metadata(TopicMetadata(topic=TOPIC, partitions=parts, min_insync_replicas=2))
+    entry = buffer.try_admit("m")
+    assert entry is not None
+    heed = core.heed(TOPIC, 1, ec)
+    failed = core.failed(entry, "err", ec, batch_size=batch_size, alone=False)
+    return (heed.quarantined, heed.refresh, failed.queued, failed.alone, failed.possibly_persisted)
+
+
+@pytest.mark.parametrize(
+    ("code", "quarantined", "refresh", "queued", "alone", "persisted"), FAILURES
+)
+def test_both_shells_decide_a_failure_alike(
+    code: int, quarantined: bool, refresh: bool, queued: bool, alone: bool, persisted: bool
+) -> None:
+    err = KafkaError(code)
+    confluent = _verdict(classify(code, err.name()), batch_size=None)
+    asyncio_ = _verdict(error_class(aiokafka_errors.for_code(code)()), batch_size=3)
+    expected = (quarantined, refresh, queued, alone, persisted)
+    assert confluent == expected
+    assert asyncio_ == expected
