@@ -3,8 +3,9 @@ machine plays a shell (messages admitted, routed, sent; attempts delivered or fa
 Kafka error; metadata showing partitions under min ISR or back; time passing; close).
 
 Whatever the order: in flight never exceeds the limit; every admitted message ends exactly once
-(delivered, finally failed, or handed back by close); a quarantined partition gets no message
-until it is released, and no message goes to a partition the metadata shows unusable.
+(delivered, finally failed, or handed back by close) and, until then, is either with the client
+or waiting in the failed buffer; a quarantined partition gets no message until it is released,
+and no message goes to a partition the metadata shows unusable.
 """
 
 from __future__ import annotations
@@ -180,6 +181,9 @@ class CoreMachine(RuleBasedStateMachine):
         assert live == self.buffer.in_flight, (live, self.buffer.in_flight)
         if self.closed:
             assert sorted(self.ended) == self.accepted, "a message never ended"
+        else:
+            # Nothing is mislaid on the way: every live message is with the client or waits.
+            assert live == len(self.client) + self.buffer.failed_depth, "a message was mislaid"
 
     @invariant()
     def quarantined_not_in_view(self) -> None:

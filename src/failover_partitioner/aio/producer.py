@@ -29,7 +29,6 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from typing import Any
 
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
@@ -48,6 +47,7 @@ from failover_partitioner._config import (
     STICKY_BYTES_DEFAULT,
     STICKY_MESSAGES_DEFAULT,
     FailoverConfigWarning,
+    ProducerOptions,
     check_positive_number,
     producer_options,
 )
@@ -56,7 +56,7 @@ from failover_partitioner.aio import _client as _aio_client
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
-from failover_partitioner.aio._settings import aio_client_settings
+from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
 from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
@@ -116,6 +116,41 @@ def _normalise_headers(headers: object, topic: str) -> Headers:
             )
         out.append((h[0], _as_bytes("header value", topic, h[1])))
     return out
+
+
+def _checked_message(
+    settings: AioClientSettings,
+    topic: str,
+    value: object,
+    key: object,
+    headers: object,
+    timestamp_ms: int | None,
+    id_header: bool,
+    future: asyncio.Future[Any],
+) -> Message:
+    """A message serialised and checked as aiokafka's ``send`` would (types, size)."""
+    if settings.key_serializer is not None:
+        key = settings.key_serializer(key)
+    if settings.value_serializer is not None:
+        value = settings.value_serializer(value)
+    kbytes = _as_bytes("key", topic, key)
+    vbytes = _as_bytes("value", topic, value)
+    hlist = None if headers is None else _normalise_headers(headers, topic)
+    if hlist is None and id_header:
+        hlist = []
+    if timestamp_ms is not None and (
+        isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)
+    ):
+        raise TypeError(
+            f"timestamp_ms must be an int of epoch milliseconds or None, got {timestamp_ms!r}"
+        )
+    size = DefaultRecordBatchBuilder.estimate_size_in_bytes(kbytes, vbytes, hlist or [])
+    if size > settings.max_request_size:
+        raise MessageSizeTooLargeError(
+            f"a message to {topic!r} is {size} bytes when serialized, larger than "
+            f"max_request_size={settings.max_request_size}; it was not accepted"
+        )
+    return Message(topic, vbytes, kbytes, hlist, timestamp_ms, future)
 
 
 class AsyncFailoverProducer:
@@ -189,6 +224,17 @@ class AsyncFailoverProducer:
             metrics_port=metrics_port,
             dead_letter_args="message, exc",
         )
+        self._setup(settings, opts, message_id_header, dead_letter)
+        self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
+
+    def _setup(
+        self,
+        settings: AioClientSettings,
+        opts: ProducerOptions,
+        message_id_header: str | None,
+        dead_letter: AsyncDeadLetterHook | None,
+    ) -> None:
+        """The retry buffer, the core over it, and the state ``start()`` fills in."""
         self._produce_timeout_s = opts.produce_timeout_s
         self._metadata_timeout_s = opts.metadata_timeout_s
         self._opts = opts  # the refresher's settings (checked above), for start()
@@ -199,7 +245,6 @@ class AsyncFailoverProducer:
         self._dead_letter = dead_letter
         self._count_bytes = opts.choice.counts_bytes
         self._name = settings.client_id or f"failover-async-producer-{next(_names)}"
-        self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
 
         self._buffer: AsyncRetryBuffer[Message] = AsyncRetryBuffer(
             max_in_flight=opts.max_in_flight,
@@ -352,30 +397,17 @@ class AsyncFailoverProducer:
         """Validate and serialise a message; raises before anything is accepted."""
         if topic not in self._core.topics:
             check_topic(topic)  # a known topic was checked when first seen
-        settings = self._settings
-        if settings.key_serializer is not None:
-            key = settings.key_serializer(key)
-        if settings.value_serializer is not None:
-            value = settings.value_serializer(value)
-        kbytes = _as_bytes("key", topic, key)
-        vbytes = _as_bytes("value", topic, value)
-        hlist = None if headers is None else _normalise_headers(headers, topic)
-        if hlist is None and self._message_id_header is not None:
-            hlist = []
-        if timestamp_ms is not None and (
-            isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)
-        ):
-            raise TypeError(
-                f"timestamp_ms must be an int of epoch milliseconds or None, got {timestamp_ms!r}"
-            )
-        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(kbytes, vbytes, hlist or [])
-        if size > settings.max_request_size:
-            raise MessageSizeTooLargeError(
-                f"a message to {topic!r} is {size} bytes when serialized, larger than "
-                f"max_request_size={settings.max_request_size}; it was not accepted"
-            )
         assert self._loop is not None
-        return Message(topic, vbytes, kbytes, hlist, timestamp_ms, self._loop.create_future())
+        return _checked_message(
+            self._settings,
+            topic,
+            value,
+            key,
+            headers,
+            timestamp_ms,
+            self._message_id_header is not None,
+            self._loop.create_future(),
+        )
 
     async def _admit_waiting(self, msg: Message) -> Entry[Message]:
         """At the in-flight limit: re-send due failed messages first, then wait for room."""
@@ -647,25 +679,7 @@ class AsyncFailoverProducer:
 
     def statistics(self) -> ProducerStatistics:
         """A snapshot of the counters, in the same shape as ``FailoverProducer.statistics()``."""
-        s = self._buffer.statistics()
-        figures = {
-            "produced": s.admitted,
-            "delivered": s.delivered,
-            "final_failures": s.final_failures,
-            "returned_on_close": s.returned_on_close,
-            "in_flight": s.in_flight,
-            "peak_in_flight": s.peak_in_flight,
-            "failed_buffer_depth": s.failed_depth,
-            "peak_failed_buffer_depth": s.peak_failed_depth,
-            "retries": s.retries,
-            "rerouted": self._core.rerouted,
-            "possible_duplicates": s.possibly_duplicated,
-            "ambiguous_failures": self._core.ambiguous,
-            "quarantines": self._core.quarantines,
-            "max_in_flight": s.limit,
-        }
-        # Filled by field name: both producers report the one ProducerStatistics type.
-        return ProducerStatistics(**{f.name: figures[f.name] for f in fields(ProducerStatistics)})
+        return self._core.statistics()
 
     @property
     def metrics_registry(self) -> Any:

@@ -1654,24 +1654,15 @@ class FailoverProducer:
         return self._meta.age_s(topic)
 
     def statistics(self) -> ProducerStatistics:
-        s = self._buffer.statistics()
         delivered = _count_value(self._c_out)
         # After close() the clients may be gone: what they held unreported is unsure.
-        in_flight = self._unsure if self._closed else s.in_flight
-        return ProducerStatistics(
+        in_flight = self._unsure if self._closed else self._buffer.in_flight
+        return self._core.statistics(
             produced=delivered + self._final_failures + self._returned + in_flight,
             delivered=delivered,
             final_failures=self._final_failures,
             returned_on_close=self._returned,
             in_flight=in_flight,
-            failed_buffer_depth=s.failed_depth,
-            peak_failed_buffer_depth=s.peak_failed_depth,
-            retries=s.retries,
-            rerouted=self._core.rerouted,
-            possible_duplicates=s.possibly_duplicated,
-            ambiguous_failures=self._core.ambiguous,
-            quarantines=self._core.quarantines,
-            max_in_flight=self._limit,
         )
 
     @property
