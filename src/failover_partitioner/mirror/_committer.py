@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 # offset sync (skipped when they do not come: translation then reads a little more).
 _FINAL_SYNC_WAIT_S = 2.0
 
+# Commits that wait for their answer: after them the partitions are gone (or the mirror is).
+_FINAL = frozenset({"shutdown", "revocation"})
+
 
 class Committer:
     """Commits the ledger's delivered prefixes and writes the offset syncs that go with them.
@@ -74,7 +77,7 @@ class Committer:
         window of uncommitted messages fills: then the mirror pauses, as for any backlog)."""
         consumer = self._clients.consumer
         assert consumer is not None
-        final = reason in ("shutdown", "revocation")
+        final = reason in _FINAL
         if self._pending is not None and not final:
             return
         offsets = self._ledger.to_commit(partitions)
@@ -121,13 +124,13 @@ class Committer:
             self._counters.commits += 1
             logger.debug("%s commit: %s", reason, done)
             now = self._clock()
-            if reason in ("shutdown", "revocation"):
-                self.write_offset_syncs(wait_s=_FINAL_SYNC_WAIT_S)
+            if reason in _FINAL:
+                self._write_offset_syncs(wait_s=_FINAL_SYNC_WAIT_S)
             elif now >= self._next_offset_sync:
                 self._next_offset_sync = now + self._options.commit_interval_s
-                self.write_offset_syncs(wait_s=0.0)
+                self._write_offset_syncs(wait_s=0.0)
 
-    def write_offset_syncs(self, *, wait_s: float) -> None:
+    def _write_offset_syncs(self, *, wait_s: float) -> None:
         """Record, per source partition, that what is handed from now on lands past target
         positions (see _offsets). Those are high watermarks asked for earlier (at the last
         sync time), so the commit path does not wait on the target: whatever is handed after
