@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
@@ -111,11 +111,6 @@ class ConsumerLike(Protocol):
     def pause(self, partitions: list[TopicPartition]) -> None: ...
     def resume(self, partitions: list[TopicPartition]) -> None: ...
     def seek(self, partition: TopicPartition) -> None: ...
-    @overload
-    def commit(
-        self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...
-    ) -> None: ...
-    @overload
     def commit(
         self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
     ) -> list[TopicPartition]: ...
@@ -180,7 +175,7 @@ class PlacingProducer(ProducerLike, Protocol):
     ) -> None: ...
 
 
-ConsumerFactory = Callable[[dict[str, Any]], ConsumerLike]
+ConsumerFactory = Callable[[dict[str, str]], ConsumerLike]
 ProducerFactory = Callable[[dict[str, str]], ProducerLike]
 LaneFactory = Callable[[dict[str, Any]], Any]
 AdminFactory = Callable[[dict[str, Any]], Any]
@@ -304,8 +299,6 @@ class Mirror:
         self._commit_every = max(1, options.max_in_flight // 4)
         self._commits = 0
         self._commit_failures = 0
-        # Why the asynchronous commit not answered yet was sent; the next waits for its answer.
-        self._commit_pending: str | None = None
         self._started_at = clock()
         self._rate_mark = (self._started_at, 0)
         self._collector = MirrorCollector()
@@ -337,11 +330,7 @@ class Mirror:
             raise MirrorError("a Mirror runs once; create a new one to run again")
         self._started = True
         opts = self._options
-        self._consumer = _build(
-            "source consumer",
-            self._consumer_factory,
-            {**opts.consumer_config, "on_commit": self._on_commit},
-        )
+        self._consumer = _build("source consumer", self._consumer_factory, opts.consumer_config)
         try:
             self._producer = _build("target producer", self._producer_factory, opts.producer_config)
             self._start_lane()
@@ -1429,45 +1418,21 @@ class Mirror:
     # -- commits -------------------------------------------------------------------------
 
     def _commit(self, partitions: Sequence[tuple[str, int]] | None, *, reason: str) -> None:
-        """Commit what is delivered. On revocation and at shutdown it waits for the answer;
-        otherwise the commit is sent and its answer comes to ``_on_commit`` from a later
-        ``consume``, so a slow or moving group coordinator never stalls the copy (until the
-        window of uncommitted messages fills: then the mirror pauses, as for any backlog)."""
         consumer = self._consumer
         assert consumer is not None
-        final = reason in ("shutdown", "revocation")
-        if self._commit_pending is not None and not final:
-            return
         offsets = self._ledger.to_commit(partitions)
         if not offsets:
             return
-        tps = [TopicPartition(t, p, o) for t, p, o in offsets]
         try:
-            if not final:
-                consumer.commit(offsets=tps, asynchronous=True)
-                self._commit_pending = reason
-                return
-            result = consumer.commit(offsets=tps, asynchronous=False)
+            result = consumer.commit(
+                offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False
+            )
         except KafkaException as exc:
             # A rebalance in progress refuses commits; the offsets stay uncommitted and are
             # committed on revocation or by the next periodic commit.
             self._commit_failures += 1
             logger.warning("%s commit of %d partitions refused: %s", reason, len(offsets), exc)
             return
-        self._committed(result, reason)
-
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """The answer to an asynchronous commit (called from ``consume``)."""
-        reason, self._commit_pending = self._commit_pending or "periodic", None
-        if err is not None:
-            self._commit_failures += 1
-            logger.warning(
-                "%s commit of %d partitions refused: %s", reason, len(partitions), _describe(err)
-            )
-            return
-        self._committed(partitions, reason)
-
-    def _committed(self, result: Sequence[TopicPartition], reason: str) -> None:
         done = []
         for tp in result:
             if tp.error is None:
