@@ -12,7 +12,7 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -66,8 +66,6 @@ class FakeSource:
     committed: dict[TP, int] = field(default_factory=dict)
     commit_calls: list[list[tuple[str, int, int]]] = field(default_factory=list)
     refuse_commits: int = 0
-    # While set, asynchronous commits get no answer (a group coordinator that hangs).
-    hold_commit_answers: bool = False
 
     def add_topic(self, topic: str, partitions: int, messages_per_partition: int) -> None:
         for p in range(partitions):
@@ -96,17 +94,8 @@ class _Metadata:
 
 
 class FakeConsumer:
-    def __init__(
-        self,
-        source: FakeSource,
-        clock: FakeClock,
-        guard: Guard,
-        on_commit: Callable[[KafkaError | None, list[TopicPartition]], None],
-    ) -> None:
+    def __init__(self, source: FakeSource, clock: FakeClock, guard: Guard) -> None:
         self.source = source
-        self.on_commit = on_commit
-        # Answers to asynchronous commits, served by the next consume (as librdkafka does).
-        self.commit_answers: list[tuple[KafkaError | None, list[TopicPartition]]] = []
         self.clock = clock
         self.guard = guard
         self.positions: dict[TP, int] = {}
@@ -155,10 +144,6 @@ class FakeConsumer:
         self.guard.check("consume")
         assert num_messages >= 1
         self._serve_rebalances()
-        answers = [] if self.source.hold_commit_answers else self.commit_answers
-        self.commit_answers = self.commit_answers[len(answers) :]
-        for err, parts in answers:
-            self.on_commit(err, parts)
         out: list[Message] = []
         live = [tp for tp in self.assigned if tp not in self.paused]
         while len(out) < num_messages:
@@ -190,27 +175,9 @@ class FakeConsumer:
     def seek(self, partition: TopicPartition) -> None:
         self.positions[(partition.topic, partition.partition)] = partition.offset
 
-    @overload
-    def commit(
-        self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...
-    ) -> None: ...
-    @overload
-    def commit(
-        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
-    ) -> list[TopicPartition]: ...
-    def commit(
-        self, *, offsets: list[TopicPartition], asynchronous: bool = True
-    ) -> list[TopicPartition] | None:
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
         self.guard.check("commit")
-        if not asynchronous:
-            return self._commit(offsets)
-        try:
-            self.commit_answers.append((None, self._commit(offsets)))
-        except KafkaException as exc:
-            self.commit_answers.append((exc.args[0], offsets))
-        return None
-
-    def _commit(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
+        assert asynchronous is False
         if self.source.refuse_commits:
             self.source.refuse_commits -= 1
             raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS))
@@ -471,10 +438,10 @@ class Rig:
             **opts,
         )
 
-        def consumer(conf: dict[str, Any]) -> FakeConsumer:
+        def consumer(conf: dict[str, str]) -> FakeConsumer:
             assert conf["enable.auto.commit"] == "false"
             assert conf["enable.auto.offset.store"] == "false"
-            c = FakeConsumer(self.source, self.clock, self.guard, conf["on_commit"])
+            c = FakeConsumer(self.source, self.clock, self.guard)
             self.consumers.append(c)
             return c
 
@@ -771,28 +738,6 @@ def test_commit_refused_during_a_rebalance_is_retried_later() -> None:
 
     run_until(rig.mirror(registry=registry, commit_interval_s=0.01), done)
     assert source.committed[("t", 0)] == 50
-
-
-def test_a_commit_left_unanswered_does_not_stall_the_copy_until_the_window_is_full() -> None:
-    source = FakeSource()
-    source.add_topic("t", 2, 500)
-    source.hold_commit_answers = True
-    rig = Rig(source)
-    seen: list[MirrorStatus] = []
-
-    def window_full(status: MirrorStatus) -> bool:
-        seen.append(status)
-        return len(seen) > 50 and seen[-50].delivered == status.delivered
-
-    held = run_until(rig.mirror(max_in_flight=400, commit_interval_s=0.01), window_full)
-    # One commit was sent and never answered: the copy went on past it, up to the window.
-    assert 300 <= held.delivered <= 400
-    # The unanswered one, then the one at shutdown, which waits for its answer.
-    assert len(source.commit_calls) == 2
-    assert sum(source.committed.values()) == held.delivered
-    source.hold_commit_answers = False
-    run_until(Rig(source).mirror(), lambda s: s.lag == 0 and s.in_flight == 0)
-    assert sum(source.committed.values()) == 1000
 
 
 def test_stop_drains_in_flight_and_a_restart_mirrors_no_duplicate() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client.registry import CollectorRegistry
@@ -61,11 +61,6 @@ class ConsumerLike(Protocol):
     def pause(self, partitions: list[TopicPartition]) -> None: ...
     def resume(self, partitions: list[TopicPartition]) -> None: ...
     def seek(self, partition: TopicPartition) -> None: ...
-    @overload
-    def commit(
-        self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...
-    ) -> None: ...
-    @overload
     def commit(
         self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
     ) -> list[TopicPartition]: ...
@@ -130,7 +125,7 @@ class PlacingProducer(ProducerLike, Protocol):
     ) -> None: ...
 
 
-ConsumerFactory = Callable[[dict[str, Any]], ConsumerLike]
+ConsumerFactory = Callable[[dict[str, str]], ConsumerLike]
 ProducerFactory = Callable[[dict[str, str]], ProducerLike]
 LaneFactory = Callable[[dict[str, Any]], Any]
 AdminFactory = Callable[[dict[str, Any]], Any]

@@ -192,9 +192,7 @@ class Mirror:
         opts = self._options
         clients = self._clients
         clients.consumer = consumer = build(
-            "source consumer",
-            self._consumer_factory,
-            {**opts.consumer_config, "on_commit": self._committer.on_commit},
+            "source consumer", self._consumer_factory, opts.consumer_config
         )
         try:
             clients.producer = build(
