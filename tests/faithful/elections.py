@@ -115,9 +115,9 @@ def isr_becomes(backend: Backend, topics: tuple[str, ...], isr: tuple[int, ...])
     )
 
 
-def last_isr_member_lost(backend: Backend) -> Outcome:
+def last_isr_member_lost(backend: Backend, *, every_return: bool = True) -> Outcome:
     """RF 3, min ISR 2: the followers crash one by one, then the leader; the out-of-sync replica
-    returns first, then the last leader, then the eligible one. Two topics:
+    returns first, then (``every_return``) the last leader, then the eligible one. Two topics:
     unclean.leader.election.enable false (Kafka's default) and true."""
     clean, unclean = unique("last-isr"), unique("last-isr-unclean")
     topics = (clean, unclean)
@@ -146,7 +146,9 @@ def last_isr_member_lost(backend: Backend) -> Outcome:
     )
     timings.append(("offline after the leader's crash", time.monotonic() - began))
     observed += _offline(backend, clean)
-    observed += _returns(backend, clean, unclean, timings)
+    observed += _out_of_sync_returns(backend, clean, unclean, timings)
+    if every_return:
+        observed += _last_leader_returns(backend, clean, unclean, timings)
     return Outcome(
         scenario="4 last ISR member lost", observed=tuple(observed), timings_s=tuple(timings)
     )
@@ -164,20 +166,28 @@ def _offline(backend: Backend, topic: str) -> list[tuple[str, object]]:
     ]
 
 
-def _returns(
+def _out_of_sync_returns(
     backend: Backend, clean: str, unclean: str, timings: list[tuple[str, float]]
 ) -> list[tuple[str, object]]:
-    """Brokers 3 (out of sync), 1 (the last leader) and 2 (eligible) come back, in that order."""
-    observed: list[tuple[str, object]] = []
+    """Broker 3, out of the ISR since before it was under the minimum, comes back."""
     began = time.monotonic()
     backend.restart(3)
     wait_until(lambda: leader_of(backend, unclean) >= 0, 60, "the unclean election")
     timings.append(("unclean leader after broker 3's restart", time.monotonic() - began))
-    observed.append(
-        ("3 back: unclean.leader.election.enable=true", describe_partitions(backend, unclean))
-    )
-    observed.append(("3 back: default", describe_partitions(backend, clean)))
-    observed.append(("3 back: readable, unclean topic", tuple(read_all(backend, unclean))))
+    # Not read yet: Kafka restores a crashed replica's high watermark from a checkpoint written
+    # every 5 s, so broker 3 may know none of its records as committed, and alone in the ISR
+    # (under the minimum) it cannot advance it: ListOffsets answers 78 until the ISR grows.
+    return [
+        ("3 back: unclean.leader.election.enable=true", describe_partitions(backend, unclean)),
+        ("3 back: default", describe_partitions(backend, clean)),
+    ]
+
+
+def _last_leader_returns(
+    backend: Backend, clean: str, unclean: str, timings: list[tuple[str, float]]
+) -> list[tuple[str, object]]:
+    """Broker 1, the last leader, comes back, then broker 2, eligible when it crashed."""
+    observed: list[tuple[str, object]] = []
     backend.restart(1)
     wait_until(lambda: describe_partitions(backend, unclean).isr == (1, 3), 60, "1 to follow 3")
     observed.append(("1 back: default", describe_partitions(backend, clean)))
