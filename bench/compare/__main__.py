@@ -39,6 +39,7 @@ from compare.report import (
 )
 from compare.scenario import Contender, producers_under_fault, throughput
 from compare.spark_jobs import (
+    WARM_UP_ROWS,
     SparkContender,
     failover_writer,
     session,
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "scenario_2": {"rows": args.spark_rows, "max_pause_s": args.spark_pause,
                        "paused_brokers": [4, 5], "pause_from": "a tenth of the rows stored",
                        "master": "local[2,4]", "spark_partitions": 8, "value_bytes": 100,
+                       "warm_up_rows_per_writer": WARM_UP_ROWS,
                        "sink_unavailable": sink_error, "sink_jars": sink or [],
                        "writers": {w.name: w.note for w in writers}},
         "scenario_3": {"messages": args.mirror_messages, "pause_s": args.mirror_pause,
