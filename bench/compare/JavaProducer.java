@@ -4,10 +4,11 @@
 //   java -cp ... JavaProducer steady BOOTSTRAP TOPIC RATE_PER_S DURATION_S VALUE_BYTES [k=v ...]
 //   java -cp ... JavaProducer burst  BOOTSTRAP TOPIC COUNT      0          VALUE_BYTES [k=v ...]
 //
-// Output (read by bench/compare/java.py): "start" once the producer exists and the clock starts;
-// after flush and close, "sent N", "block_us B" (longest send() call) and one line per message,
-// "a ID PARTITION SEND_US ACK_US" or "e ID - SEND_US ACK_US ERROR" (microseconds since start);
-// in burst mode "elapsed_us E" and "acked K" instead of the per-message lines.
+// Output (read by bench/compare/programs.py; sarama/main.go prints the same): "start" once the
+// producer exists and the clock starts; after flush and close, "sent N", "block_us B" (longest
+// send() call) and one line per message, "a ID PARTITION SEND_US ACK_US" or
+// "e ID - SEND_US ACK_US ERROR" (microseconds since start); in burst mode "elapsed_us E" and
+// "acked K" instead of the per-message lines.
 
 import java.io.BufferedWriter;
 import java.io.OutputStreamWriter;

@@ -14,6 +14,7 @@ per scenario:
 4. *Throughput, healthy*: messages per second, 100-byte values, acks=all, alternated rounds,
    medians, as ratios to the raw confluent-kafka producer.
 
-``scenario.py`` drives the producers (``contenders.py``, ``java.py``); ``report.py`` prints,
-writes the JSON report and draws the plots.
+``scenario.py`` drives the producers (``contenders.py``; the Java and Sarama programs through
+``programs.py``, built by ``java.py`` and ``sarama.py``); ``report.py`` prints, writes the JSON
+report and draws the plots.
 """

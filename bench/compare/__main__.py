@@ -11,22 +11,23 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from tests.realkafka.cluster import KafkaCluster
 from tests.realkafka.jars import ensure_jars
 
-from compare import java, processes
+from compare import java, processes, sarama
 from compare.contenders import (
     Load,
-    java_runner,
     run_aiokafka,
     run_async_failover,
     run_confluent,
     run_failover,
 )
 from compare.mirror import MirrorContender, mirrors_copying
+from compare.programs import Program, runner
 from compare.report import (
     fault_table,
     mirror_table,
@@ -38,6 +39,7 @@ from compare.report import (
 )
 from compare.scenario import Contender, producers_under_fault, throughput
 from compare.spark_jobs import (
+    WARM_UP_ROWS,
     SparkContender,
     failover_writer,
     session,
@@ -51,28 +53,40 @@ from compare.spark_jobs import (
 AVAILABILITY_TIMEOUT_MS = "1000"
 
 
-def contenders(program: java.JavaProgram | None, log: IO[str]) -> list[Contender]:
+def contenders(
+    java_program: Program | None, sarama_program: Program | None, log: IO[str]
+) -> list[Contender]:
     out = [
         Contender(name="confluent-kafka", run=run_confluent, note="Producer, acks=all"),
         Contender(name="FailoverProducer", run=run_failover, note="defaults, acks=all"),
         Contender(name="AsyncFailoverProducer", run=run_async_failover, note="defaults"),
         Contender(name="aiokafka", run=run_aiokafka, note="AIOKafkaProducer, acks=all"),
     ]
-    if program is not None:
+    if java_program is not None:
         out += [
             Contender(
                 name="Java producer",
-                run=java_runner(program, {}, log),
+                run=runner(java_program, {}, log),
                 note="kafka-clients defaults",
             ),
             Contender(
                 name="Java producer (avail. timeout)",
-                run=java_runner(
-                    program, {"partitioner.availability.timeout.ms": AVAILABILITY_TIMEOUT_MS}, log
+                run=runner(
+                    java_program,
+                    {"partitioner.availability.timeout.ms": AVAILABILITY_TIMEOUT_MS},
+                    log,
                 ),
                 note=f"partitioner.availability.timeout.ms={AVAILABILITY_TIMEOUT_MS}",
             ),
         ]
+    if sarama_program is not None:
+        out.append(
+            Contender(
+                name="Sarama (Go)",
+                run=runner(sarama_program, {}, log),
+                note="AsyncProducer, Sarama 1.61.1 defaults, WaitForAll, Return.Successes",
+            )
+        )
     return out
 
 
@@ -117,6 +131,21 @@ def spark_contenders() -> list[SparkContender]:
         ),
         SparkContender(name="write_to_kafka", note="defaults, acks=all", write=failover_writer),
     ]
+
+
+def build_programs(
+    progress: Callable[[str], None],
+) -> tuple[dict[str, Program | None], dict[str, str]]:
+    """The Java and Sarama producer programs, built (or found built); why any cannot run."""
+    built: dict[str, Program | None] = {}
+    unbuilt: dict[str, str] = {}
+    for name, ensure in (("java", java.ensure_program), ("sarama", sarama.ensure_program)):
+        try:
+            built[name] = ensure()
+        except Exception as exc:  # reported in the JSON report, the others still run
+            built[name], unbuilt[name] = None, str(exc)
+            progress(f"compare: the {name} contender cannot run: {exc}")
+    return built, unbuilt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,15 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = {s.strip() for s in args.scenarios.split(",")}
     load_avg = os.getloadavg()
     progress(f"compare: report in {out}; load average " + " ".join(f"{x:.2f}" for x in load_avg))
-    program: java.JavaProgram | None = None
-    java_error = ""
-    try:
-        program = java.ensure_program()
-    except Exception as exc:  # reported in the tables' notes, the others still run
-        java_error = str(exc)
-        progress(f"compare: the Java producer cannot run: {exc}")
+    built, unbuilt = build_programs(progress)
     chosen = [
-        c for c in contenders(program, log) if not only or any(w in c.name.lower() for w in only)
+        c
+        for c in contenders(built["java"], built["sarama"], log)
+        if not only or any(w in c.name.lower() for w in only)
     ]
     mirrormaker: str | None = None
     mirrormaker_error = ""
@@ -237,13 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         "kafka": jars.version,
         "started": stamp,
         "load_average_at_start": load_avg,
-        "java_unavailable": java_error,
+        "java_unavailable": unbuilt.get("java", ""),
+        "sarama_unavailable": unbuilt.get("sarama", ""),
         "scenario_1": {"rate_per_s": args.rate, "duration_s": args.duration, "fault_s": args.fault,
                        "paused_brokers": [4, 5], "partitions": 12, "replication_factor": 3,
                        "min_insync_replicas": 2, "value_bytes": 100},
         "scenario_2": {"rows": args.spark_rows, "max_pause_s": args.spark_pause,
                        "paused_brokers": [4, 5], "pause_from": "a tenth of the rows stored",
                        "master": "local[2,4]", "spark_partitions": 8, "value_bytes": 100,
+                       "warm_up_rows_per_writer": WARM_UP_ROWS,
                        "sink_unavailable": sink_error, "sink_jars": sink or [],
                        "writers": {w.name: w.note for w in writers}},
         "scenario_3": {"messages": args.mirror_messages, "pause_s": args.mirror_pause,

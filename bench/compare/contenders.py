@@ -14,13 +14,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from confluent_kafka import Producer
 from tests.realkafka.cluster import KafkaCluster
 
-import compare.java as java
 from failover_partitioner import FailoverProducer
 from failover_partitioner.aio import AsyncFailoverProducer
 
@@ -248,40 +247,3 @@ def run_async_failover(bootstrap: str, topic: str, load: Load, window: FaultWind
 
 def run_aiokafka(bootstrap: str, topic: str, load: Load, window: FaultWindow) -> Trace:
     return asyncio.run(_aiokafka(bootstrap, topic, load, window))
-
-
-def java_runner(
-    program: java.JavaProgram, settings: dict[str, str], log: IO[str]
-) -> Callable[[str, str, Load, FaultWindow], Trace]:
-    """The Java producer with its defaults plus ``settings``."""
-
-    def run(bootstrap: str, topic: str, load: Load, window: FaultWindow) -> Trace:
-        if load.count is None:
-            head = ["steady", bootstrap, topic, repr(load.rate_per_s), repr(load.duration_s)]
-        else:
-            head = ["burst", bootstrap, topic, str(load.count), "0"]
-        args = [*head, str(load.value_bytes), *(f"{k}={v}" for k, v in settings.items())]
-        lines = java.run(program, args, log=log, on_start=window.begin, timeout_s=600)
-        trace = Trace()
-        sent = 0
-        for line in lines:
-            word, *rest = line.split()
-            if word == "sent":
-                sent = int(rest[0])
-                trace.sent_s = [0.0] * sent
-            elif word == "block_us":
-                trace.longest_call_s = int(rest[0]) / 1e6
-            elif word == "elapsed_us":
-                trace.elapsed_s = int(rest[0]) / 1e6
-            elif word == "acked":  # burst mode: only the count
-                trace.acked_s = dict.fromkeys(range(int(rest[0])), 0.0)
-            elif word in ("a", "e"):
-                i = int(rest[0])
-                trace.sent_s[i] = int(rest[2]) / 1e6
-                if word == "a":
-                    trace.ack(i, int(rest[3]) / 1e6)
-                else:
-                    trace.fail(i, int(rest[3]) / 1e6, rest[4])
-        return trace
-
-    return run

@@ -3,34 +3,24 @@
 The jars come from ``bench/compare/pom.xml`` (``mvn dependency:copy-dependencies``) and the class
 from ``JavaProducer.java`` (``javac``), both into a cache folder named after the pom's and the
 source's contents, next to the broker's jars (``tests/realkafka/jars.py``), and reused after
-(``fetched``, which MirrorMaker 2's jars go through too).
-Each run is one JVM, started in a session of its own and killed by its process id when the run
-ends, however it ends.
+(``fetched``, which MirrorMaker 2's and Spark's sink's jars go through too). ``programs.py``
+runs it, one JVM per run.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import signal
-import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
-from tests.realkafka.jars import Unavailable, cache_root, maven_fetch
+from tests.realkafka.jars import Unavailable, maven_fetch
+
+from compare.programs import Program, cache_folder
 
 HERE = Path(__file__).parent
 POM = HERE / "pom.xml"
 SOURCE = HERE / "JavaProducer.java"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JavaProgram:
-    java: str
-    classpath: str
 
 
 def tool(name: str) -> str:
@@ -54,50 +44,17 @@ def fetched(
     standing for the folder being filled; ``inputs`` are the files they read, so a change to one
     fetches and builds anew beside the old folder.
     """
-    digest = hashlib.sha256(
-        pom.read_bytes() + b"".join(path.read_bytes() for path in inputs)
-    ).hexdigest()[:16]
-    folder = cache_root().parent / "compare" / digest
+    folder = cache_folder(pom, *inputs)
     return maven_fetch(pom, folder, jars_in="lib", build=build, timeout_s=timeout_s)
 
 
-def ensure_program(timeout_s: float = 600.0) -> JavaProgram:
+def ensure_program(timeout_s: float = 600.0) -> Program:
     """kafka-clients and the compiled JavaProducer, fetched and built on first use."""
     java, javac = tool("java"), tool("javac")
     compile_ = [javac, "-nowarn", "-d", "{staging}/classes", "-cp", "{staging}/lib/*", str(SOURCE)]
     folder = fetched(POM, inputs=(SOURCE,), build=(compile_,), timeout_s=timeout_s)
     classpath = os.pathsep.join([str(folder / "classes"), str(folder / "lib" / "*")])
-    return JavaProgram(java=java, classpath=classpath)
-
-
-def run(
-    program: JavaProgram,
-    args: Sequence[str],
-    *,
-    log: IO[str],
-    on_start: Callable[[], None],
-    timeout_s: float,
-) -> list[str]:
-    """Run JavaProducer with ``args``; ``on_start`` when it prints "start"; its other lines."""
-    command = [program.java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", program.classpath]
-    process = subprocess.Popen(
-        [*command, "JavaProducer", *args],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        start_new_session=True,
+    return Program(
+        name="Java producer",
+        command=(java, "-Xmx256m", "-XX:+UseSerialGC", "-cp", classpath, "JavaProducer"),
     )
-    try:
-        assert process.stdout is not None
-        first = process.stdout.readline().strip()
-        if first != "start":
-            raise RuntimeError(f"the Java producer did not start (said {first!r}); see the log")
-        on_start()
-        lines, _ = process.communicate(timeout=timeout_s)
-        if process.returncode != 0:
-            raise RuntimeError(f"the Java producer exited with {process.returncode}; see the log")
-        return lines.splitlines()
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()

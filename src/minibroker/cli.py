@@ -117,7 +117,8 @@ def format_describe(described: dict[str, Any]) -> str:
         lines.append(
             f"Topic: {p['topic']}\tPartition: {p['partition']}\tLeader: "
             f"{p['leader'] if p['leader'] >= 0 else 'none'}\tReplicas: {_ids(p['replicas'])}\t"
-            f"Isr: {_ids(p['isr'])}\tOffline: {_ids(p['offline_replicas'])}\t"
+            f"Isr: {_ids(p['isr'])}\tElr: {_ids(p['eligible_leader_replicas'])}\t"
+            f"LastKnownElr: {_ids(p['last_known_elr'])}\tOffline: {_ids(p['offline_replicas'])}\t"
             f"LeaderEpoch: {p['leader_epoch']}\tHW: {p['high_watermark']}"
         )
     return "\n".join(lines)

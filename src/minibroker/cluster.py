@@ -41,6 +41,10 @@ class PartitionState:
     """Leader broker id, -1 when the partition is offline."""
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    eligible_leader_replicas: tuple[int, ...]
+    """Replicas that may lead although out of the ISR (KIP-966), while the ISR is short."""
+    last_known_elr: tuple[int, ...]
+    """The last leader of a partition whose ISR emptied, elected if it is the one to return."""
     leader_epoch: int
     high_watermark: int
     log_end_offset: int
@@ -74,6 +78,8 @@ def _partition_state(runtime: ClusterRuntime, partition: Partition) -> Partition
         leader=partition.leader,
         replicas=partition.replicas,
         isr=partition.isr,
+        eligible_leader_replicas=partition.elr,
+        last_known_elr=partition.last_known_elr,
         leader_epoch=partition.leader_epoch,
         high_watermark=partition.high_watermark,
         log_end_offset=partition.log_end_offset,

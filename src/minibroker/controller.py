@@ -5,14 +5,19 @@ creates or deletes topics, fences brokers and elects leaders; partitions change 
 (leader-side decisions) and tell the controller through the ``PartitionListener`` callbacks, which
 is how an ISR change reaches every broker's Metadata answers (all brokers read this one state).
 
-Liveness, after KRaft: a stopped broker is noticed ``broker.session.timeout.ms`` later and
-*fenced*: it leaves every ISR it is not the last member of, and every partition it led gets a new
-leader in one batch: the first replica (assignment order) that is in the ISR and not fenced
-(clean); failing that, when ``unclean.leader.election.enable`` holds for the topic, the first
-unfenced replica, whose log becomes the truth; otherwise the partition goes offline (leader -1)
-and keeps its last ISR member, which is elected when it returns (KIP-841). Every leader change
-bumps the leader epoch. A broker that restarts before it was fenced is fenced and unfenced at
-once, as KRaft does with a new broker incarnation.
+Liveness, after KRaft with eligible leader replicas on (KIP-966; the default for clusters made
+by Kafka 4.1+): a stopped broker is noticed ``broker.session.timeout.ms`` later and *fenced*, one
+broker at a time: it leaves every ISR, the last member too (an ISR may be empty), and every
+partition it led gets a new leader, chosen as Kafka's ``PartitionChangeBuilder`` does: the first
+replica (assignment order) in the ISR and not fenced; with an empty ISR, the first such replica
+in the ELR (the replicas that left the ISR while it was under the minimum, see ``replication``);
+with both empty, the last leader when it is back (``last_known_elr``); failing all that, when
+``unclean.leader.election.enable`` holds for the topic, the first unfenced replica, whose log
+becomes the truth; otherwise the partition goes offline (leader -1). Every leader change bumps
+the leader epoch. Every stop is a crash: a broker that starts again registers after an unclean
+shutdown, so its replicas leave the ISRs and ELRs before it is unfenced and the leaderless
+partitions are elected again (a broker restarted before it was fenced is fenced first, as KRaft
+does with a new broker incarnation).
 
 Group coordinators follow the leaders of ``__consumer_offsets`` (:class:`OffsetsPartition`):
 minibroker keeps no log for that topic, only who leads each partition, elected by the same rules
@@ -381,6 +386,11 @@ class Controller:
             return
         if broker.status is BrokerStatus.STOPPED:
             self._fence([broker_id], now, "restarted before its session expired")
+        # Every stop here is a crash: the broker registers after an unclean shutdown, so its
+        # replicas leave the ISRs and ELRs (Kafka's handleBrokerUncleanShutdown, KIP-966).
+        for partition in self.partitions():
+            if broker_id in partition.isr or broker_id in partition.elr:
+                self._change(partition, now, f"broker {broker_id} crashed", crashed=broker_id)
         broker.status = BrokerStatus.RUNNING
         self.metadata_version += 1
         logger.info("Broker %d registered again and is unfenced", broker_id)
@@ -388,20 +398,9 @@ class Controller:
             if offsets.leader < 0 and broker_id in offsets.replicas:
                 self._move_coordinator(offsets, broker_id, "a replica returned")
         for partition in self.partitions():
-            if broker_id not in partition.replicas:
-                continue
             if partition.leader < 0:
-                unclean = self._unclean_allowed(partition)
-                if broker_id in partition.isr:
-                    partition.elect(broker_id, partition.isr, now, "last ISR member returned")
-                elif unclean:
-                    partition.elect(
-                        broker_id,
-                        (broker_id,),
-                        now,
-                        "unclean election: no ISR member alive, a replica returned",
-                    )
-            else:
+                self._change(partition, now, f"broker {broker_id} is back")
+            elif broker_id in partition.replicas:
                 partition.restart_follower(broker_id, now)
 
     def _unclean_allowed(self, partition: Partition) -> bool:
@@ -411,45 +410,84 @@ class Controller:
         )
 
     def _fence(self, broker_ids: list[int], now: float, reason: str) -> None:
+        elections = 0
+        # One broker at a time, as Kafka's controller fences them: the ELR depends on the order.
         for broker_id in broker_ids:
             self.brokers[broker_id].status = BrokerStatus.FENCED
             logger.warning("Controller fences broker %d (%s)", broker_id, reason)
+            for partition in self.partitions():
+                if broker_id in partition.isr:
+                    leader = partition.leader
+                    self._change(partition, now, f"broker {broker_id} was fenced", fenced=broker_id)
+                    elections += partition.leader != leader
         fenced = set(broker_ids)
-        elections = 0
-        for partition in self.partitions():
-            if not fenced.intersection(partition.replicas):
-                continue
-            if partition.leader in fenced or partition.leader < 0:
-                elections += self._elect_without(partition, fenced, now)
-            else:
-                for broker_id in broker_ids:
-                    partition.remove_from_isr(broker_id, f"broker {broker_id} was fenced")
         for offsets in self.offsets_partitions:
             if offsets.leader in fenced:
                 alive = [r for r in offsets.replicas if not self.is_fenced(r)]
                 self._move_coordinator(offsets, alive[0] if alive else -1, "leader fenced")
         self.metadata_version += 1
         if elections:
-            logger.info("Controller elected leaders for %d partitions in one batch", elections)
+            logger.info("Controller changed the leaders of %d partitions", elections)
 
-    def _elect_without(self, partition: Partition, fenced: set[int], now: float) -> int:
-        isr = tuple(r for r in partition.isr if r not in fenced)
-        candidates = [r for r in partition.replicas if r in isr and not self.is_fenced(r)]
-        if candidates:
-            partition.elect(candidates[0], isr, now, "clean election, previous leader fenced")
-            return 1
+    def _change(
+        self,
+        partition: Partition,
+        now: float,
+        reason: str,
+        *,
+        fenced: int | None = None,
+        crashed: int | None = None,
+    ) -> None:
+        """A partition's leader, ISR and ELR once ``fenced`` left, ``crashed`` returned from an
+        unclean shutdown, or a broker came back: Kafka's ``PartitionChangeBuilder`` with eligible
+        leader replicas on (KIP-966), an ONLINE election or, where the topic allows it, UNCLEAN.
+        """
+        gone = {fenced, crashed}
+        isr = tuple(r for r in partition.isr if r not in gone)
+        elr = partition.elr_after(isr, crashed)
+        leader, how = self._choose_leader(partition, isr, elr, gone)
+        if leader != partition.leader and how != "clean":
+            isr, elr = (leader,), tuple(r for r in elr if r != leader) if how == "elr" else ()
+        last_known = partition.last_known_elr
+        if not isr and partition.isr and partition.leader >= 0:
+            last_known = (partition.leader,)  # the first time it has no ISR: its last leader
+        elif leader >= 0:
+            last_known = ()
+        if leader == partition.leader:
+            partition.change_isr(isr, elr, last_known, reason)
+        else:
+            why = reason if how == "clean" else f"{reason}; {how} election"
+            partition.elect(leader, isr, now, why, elr=elr, last_known_elr=last_known)
+
+    def _choose_leader(
+        self,
+        partition: Partition,
+        isr: tuple[int, ...],
+        elr: tuple[int, ...],
+        gone: set[int | None],
+    ) -> tuple[int, str]:
+        """Kafka's ``electAnyLeader``: the leader kept or chosen, and how it was chosen
+        (clean from the ISR, from the ELR, the last known leader, unclean, or -1: none)."""
+
+        def acceptable(replica: int) -> bool:
+            return replica not in gone and not self.is_fenced(replica)
+
+        def valid(replica: int) -> bool:
+            return (replica in isr or (not isr and replica in elr)) and acceptable(replica)
+
+        if partition.leader >= 0 and valid(partition.leader):
+            return partition.leader, "clean"
+        for replica in partition.replicas:
+            if valid(replica):
+                return replica, "clean" if replica in isr else "elr"
+        last = partition.last_known_elr
+        if not isr and not elr and len(last) == 1 and acceptable(last[0]):
+            return last[0], "last known leader"
         if self._unclean_allowed(partition):
-            alive = [r for r in partition.replicas if not self.is_fenced(r)]
-            if alive:
-                partition.elect(
-                    alive[0], (alive[0],), now, "unclean election: no ISR member is alive"
-                )
-                return 1
-        # Keep the last ISR member (KIP-841): it is the one to elect when it returns.
-        last = isr if isr else partition.isr[:1]
-        if partition.leader >= 0 or partition.isr != last:
-            partition.elect(-1, last, now, "no ISR member is alive")
-        return 1
+            for replica in partition.replicas:
+                if acceptable(replica):
+                    return replica, "unclean"
+        return -1, "clean"
 
     # ----------------------------------------------------------------- time
 

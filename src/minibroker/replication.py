@@ -12,7 +12,12 @@ Rules, after Kafka's ``Partition.scala`` / ``ReplicaManager``:
   at the previous fetch time if ``o`` reached what the leader's log end was then.
 * ISR: the leader drops a follower not caught up within ``replica.lag.time.max.ms`` and adds one
   whose log end reached the high watermark and this epoch's start. The leader never leaves its
-  own ISR, so the ISR is never empty.
+  own ISR; only the controller empties it, by fencing the last member.
+* Eligible leader replicas (KIP-966, on by default since Kafka 4.1): while the ISR is smaller
+  than the effective minimum, the replicas that left it (and the earlier ELR) stay eligible to
+  lead, as the high watermark could not advance without them: ELR = (ELR + old ISR) - new ISR,
+  cleared once the ISR is back at the minimum (Kafka's ``PartitionChangeBuilder``). A replica
+  whose broker crashed (unclean shutdown) leaves the ELR when it registers again.
 * High watermark = min log end over the ISR; it does not advance while the ISR is smaller than
   the effective minimum min(min.insync.replicas, RF) (Kafka 3.7+, KIP-966).
 * acks=all: refused before append with NOT_ENOUGH_REPLICAS when ISR < effective minimum; else
@@ -124,6 +129,11 @@ class Partition:
         self.leader_epoch = 0
         self.partition_epoch = 0
         self.isr: tuple[int, ...] = replicas
+        self.elr: tuple[int, ...] = ()
+        """Eligible leader replicas (KIP-966), ascending as Kafka lists them."""
+        self.last_known_elr: tuple[int, ...] = ()
+        """The leader the partition had when its ISR became empty: elected if it returns while
+        the ISR and ELR are empty (Kafka's "last known leader" balanced recovery)."""
         self._listener = listener
         self._followers = {r: _Follower(now) for r in replicas if r != self.leader}
         self._epoch_start_offset = 0
@@ -133,7 +143,7 @@ class Partition:
     def __repr__(self) -> str:
         return (
             f"Partition({self.topic}-{self.index}, leader={self.leader}, isr={list(self.isr)}, "
-            f"epoch={self.leader_epoch}, hw={self.high_watermark})"
+            f"elr={list(self.elr)}, epoch={self.leader_epoch}, hw={self.high_watermark})"
         )
 
     # ----------------------------------------------------------------- views
@@ -169,6 +179,16 @@ class Partition:
 
     def followers(self) -> list[int]:
         return [r for r in self.replicas if r != self.leader] if self.leader >= 0 else []
+
+    def elr_after(self, isr: Sequence[int], crashed: int | None = None) -> tuple[int, ...]:
+        """The ELR once the ISR becomes ``isr`` (Kafka's ``maybePopulateTargetElr``): empty at
+        or above the effective minimum, else the current ELR and ISR minus ``isr`` and minus a
+        replica whose broker ``crashed``."""
+        if len(isr) >= self.effective_min_isr:
+            return ()
+        eligible = (set(self.elr) | set(self.isr)) - set(isr)
+        eligible.discard(crashed if crashed is not None else -1)
+        return tuple(sorted(eligible))
 
     # ----------------------------------------------------------------- producing
 
@@ -348,19 +368,29 @@ class Partition:
                 for waiter in expired:
                     waiter.callback(ErrorCode.request_timed_out)
 
-    def _set_isr(self, isr: tuple[int, ...], reason: str) -> None:
-        if isr == self.isr:
+    def _set_isr(
+        self,
+        isr: tuple[int, ...],
+        reason: str,
+        elr: tuple[int, ...] | None = None,
+        last_known_elr: tuple[int, ...] | None = None,
+    ) -> None:
+        elr = self.elr_after(isr) if elr is None else elr
+        if last_known_elr is None:
+            last_known_elr = () if self.leader >= 0 else self.last_known_elr
+        if (isr, elr, last_known_elr) == (self.isr, self.elr, self.last_known_elr):
             return
         old = self.isr
-        self.isr = isr
+        self.isr, self.elr, self.last_known_elr = isr, elr, last_known_elr
         self.partition_epoch += 1
-        verb = "shrinks" if len(isr) < len(old) else "expands"
+        verb = "shrinks" if len(isr) < len(old) else "expands" if len(isr) > len(old) else "stays"
         logger.info(
-            "ISR of %s %s from %s to %s (leader %d, epoch %d): %s",
+            "ISR of %s %s from %s to %s, ELR %s (leader %d, epoch %d): %s",
             self.name,
             verb,
             list(old),
             list(isr),
+            list(elr),
             self.leader,
             self.leader_epoch,
             reason,
@@ -373,12 +403,14 @@ class Partition:
                 list(isr),
                 self.effective_min_isr,
             )
-        else:
+        elif self.leader >= 0:
             self._maybe_advance_high_watermark()
         self._listener.state_changed(self)
 
     def set_min_insync_replicas(self, value: int) -> None:
         self.min_insync_replicas = value
+        if self.elr and len(self.isr) >= self.effective_min_isr:
+            self._set_isr(self.isr, f"min.insync.replicas is now {value}", ())
         if self.leader < 0:
             return
         if len(self.isr) >= self.effective_min_isr:
@@ -387,15 +419,37 @@ class Partition:
     # ----------------------------------------------------------------- controller decisions
 
     def remove_from_isr(self, broker: int, reason: str) -> None:
-        """Controller: drop a fenced broker from the ISR (never the last member)."""
-        if broker in self.isr and len(self.isr) > 1 and broker != self.leader:
+        """Controller: drop a fenced follower from the ISR (it stays eligible: ELR)."""
+        if broker in self.isr and broker != self.leader:
             self._set_isr(tuple(r for r in self.isr if r != broker), reason)
 
-    def elect(self, leader: int, isr: tuple[int, ...], now: float, reason: str) -> None:
-        """Controller: install a new leader (``-1``: offline) and ISR, bumping the epoch."""
+    def change_isr(
+        self,
+        isr: tuple[int, ...],
+        elr: tuple[int, ...],
+        last_known_elr: tuple[int, ...],
+        reason: str,
+    ) -> None:
+        """Controller: a new ISR and ELR for a partition whose leader stays."""
+        self._set_isr(isr, reason, elr, last_known_elr)
+
+    def elect(
+        self,
+        leader: int,
+        isr: tuple[int, ...],
+        now: float,
+        reason: str,
+        *,
+        elr: tuple[int, ...] | None = None,
+        last_known_elr: tuple[int, ...] = (),
+    ) -> None:
+        """Controller: install a new leader (``-1``: offline), ISR and ELR (by default what
+        the ISR change implies), bumping the epoch."""
         old_leader = self.leader
         if self._waiters:
             self._fail_waiters(ErrorCode.not_leader_or_follower)
+        self.elr = self.elr_after(isr) if elr is None else elr
+        self.last_known_elr = last_known_elr
         self.leader = leader
         self.leader_epoch += 1
         self.partition_epoch += 1
@@ -405,20 +459,22 @@ class Partition:
         if leader >= 0:
             self._epoch_start_offset = self.logs[leader].log_end_offset
             logger.info(
-                "%s: leader %d -> %d, epoch %d, ISR %s (%s)",
+                "%s: leader %d -> %d, epoch %d, ISR %s, ELR %s (%s)",
                 self.name,
                 old_leader,
                 leader,
                 self.leader_epoch,
                 list(isr),
+                list(self.elr),
                 reason,
             )
         else:
             logger.warning(
-                "%s is offline: no eligible leader, epoch %d, ISR %s (%s)",
+                "%s is offline: no eligible leader, epoch %d, ISR %s, ELR %s (%s)",
                 self.name,
                 self.leader_epoch,
                 list(isr),
+                list(self.elr),
                 reason,
             )
         self._listener.state_changed(self)

@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 
 from tests.faithful.backends import BROKERS, MIN_ISR, Backend, KafkaBackend, minibroker_backend
-from tests.faithful.scenarios import CLIENT_APIS, SCENARIOS, Outcome, api_versions
+from tests.faithful.catalog import SCENARIOS
+from tests.faithful.scenarios import CLIENT_APIS, Outcome, api_versions
 from tests.realkafka.cluster import KafkaCluster
 
 

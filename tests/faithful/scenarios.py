@@ -1,4 +1,5 @@
 """The scenarios: each drives a backend with real clients and returns what a client observed.
+(Scenario 4 is in elections.py, 6 in groups.py; catalog.py names them all.)
 
 An ``Outcome`` holds the observations that must be equal on Kafka and minibroker (``observed``)
 and the timings, which are only bounded (``timings_s``: each scenario's test checks them within a
@@ -28,7 +29,7 @@ from minibroker.protocol.versions import API_NAMES
 from tests.faithful.backends import Backend, wait_until
 from tests.integration.test_minibroker_protocol import Wire
 
-__all__ = ["SCENARIOS", "Outcome", "api_versions"]
+__all__ = ["Outcome", "api_versions"]
 
 NO_ERROR = 0
 
@@ -65,6 +66,7 @@ def produce(
     acks: int = -1,
     partition: int = 0,
     request_timeout_ms: int = 30_000,
+    message_timeout_ms: int | None = None,
     timestamps_ms: list[int] | None = None,
 ) -> list[int]:
     """Each value's delivery error code (0: none), the client's own retries off."""
@@ -83,7 +85,7 @@ def produce(
             "retries": 0,
             "enable.idempotence": False,
             "request.timeout.ms": request_timeout_ms,
-            "message.timeout.ms": max(request_timeout_ms * 2, 30_000),
+            "message.timeout.ms": message_timeout_ms or max(request_timeout_ms * 2, 30_000),
             "linger.ms": 5,
             "log_level": 0,
         }
@@ -494,13 +496,3 @@ def advertised_versions(backend: Backend) -> Outcome:
             (f"{key} {name}", served.get(key, "not served")) for key, name in CLIENT_APIS.items()
         ),
     )
-
-
-SCENARIOS: Mapping[str, Callable[[Backend], Outcome]] = {
-    "min_isr_writes": min_isr_writes,
-    "isr_shrink_and_rejoin": isr_shrink_and_rejoin,
-    "leader_killed": leader_killed,
-    "idempotent_across_leader_change": idempotent_across_leader_change,
-    "admin_requests": admin_requests,
-    "advertised_versions": advertised_versions,
-}

@@ -4,7 +4,12 @@ what Kafka guarantees (Kafka 4.4, min.insync.replicas=2, replica lag 3 s, broker
 
 from __future__ import annotations
 
+import pytest
+
 from tests.faithful.backends import Backend
+from tests.faithful.elections import PartitionElr, last_isr_member_lost
+from tests.faithful.groups import group_of_client
+from tests.faithful.member import CLIENTS
 from tests.faithful.scenarios import (
     CLIENT_APIS,
     admin_requests,
@@ -15,8 +20,11 @@ from tests.faithful.scenarios import (
     min_isr_writes,
 )
 
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 NOT_ENOUGH_REPLICAS = 19
+MESSAGE_TIMED_OUT = -192  # librdkafka's own: no leader to send to before message.timeout.ms
 
 
 def test_writes_below_min_isr(backend: Backend) -> None:
@@ -58,6 +66,74 @@ def test_leader_killed(backend: Backend) -> None:
     assert outcome["leader after the old one returned"] == outcome["new leader"]
     assert outcome["everything readable in order"] is True
     assert 2.0 < outcome.timing("new leader") < 15.0
+
+
+def elr(
+    leader: int, isr: tuple[int, ...], eligible: tuple[int, ...], last: tuple[int, ...]
+) -> PartitionElr:
+    """Leader, ISR, ELR and last known ELR, as DescribeTopicPartitions shows them."""
+    return PartitionElr(leader=leader, isr=isr, elr=eligible, last_known_elr=last)
+
+
+def test_last_isr_member_lost(backend: Backend) -> None:
+    outcome = last_isr_member_lost(backend, every_return=False)
+    assert outcome["acks=all with ISR 1,2"] == (0,)
+    # Under the minimum the high watermark stands still, so broker 2, out of the ISR since
+    # then, holds every acknowledged record: eligible to lead (KIP-966).
+    assert outcome["leader alone"] == elr(1, (1,), (2,), ())
+    assert outcome["acks=1 with ISR 1"] == (0,)
+    assert outcome["acks=all with ISR 1"] == (NOT_ENOUGH_REPLICAS,)
+    # The last member is fenced out of the ISR too; the ELR and the last leader are kept.
+    assert outcome["offline"] == elr(-1, (), (1, 2), (1,))
+    assert outcome["offline: Metadata (leader, ISR, error)"] == (-1, (), LEADER_NOT_AVAILABLE)
+    assert outcome["offline: Produce, Fetch at a non-replica"] == (NOT_LEADER_OR_FOLLOWER,) * 2
+    assert outcome["offline: acks=1 delivery report"] == (MESSAGE_TIMED_OUT,)
+    assert 2.0 < outcome.timing("offline after the leader's crash") < 15.0
+    # Broker 3 left the ISR while it was whole: never eligible; it leads only by an unclean
+    # election, alone in the ISR, which loses what only 1 and 2 had.
+    assert outcome["3 back: unclean.leader.election.enable=true"] == elr(3, (3,), (), ())
+    assert outcome["3 back: default"] == elr(-1, (), (1, 2), (1,))
+
+
+@pytest.mark.slow  # three broker restarts: 70 s on Kafka
+def test_last_isr_member_lost_and_every_replica_back(backend: Backend) -> None:
+    outcome = last_isr_member_lost(backend)
+    assert outcome["3 back: default"] == elr(-1, (), (1, 2), (1,))
+    # Back from a crash (an unclean shutdown) a replica is no longer eligible, so the last
+    # leader waits offline while the ELR still names broker 2 ...
+    assert outcome["1 back: default"] == elr(-1, (), (2,), (1,))
+    # ... and leads once 2 is back too and the ELR is empty (Kafka's last-known-leader rule).
+    assert outcome["2 back: default, leader"] == 1
+    assert outcome["all back: default, readable"] == (b"a", b"b", b"c")
+    # The unclean election lost b (acknowledged to acks=all) and c: the returning replicas
+    # truncated their logs to broker 3's.
+    assert outcome["all back: unclean topic, readable"] == (b"a",)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_consumer_group(backend: Backend, client: str) -> None:
+    outcome = group_of_client(backend, client)
+    # A alone, then A and B split 2 and 2; A leaves, B takes all 4; C, after B's crash, all 4.
+    assert outcome["assignment sizes seen by A, B, C"] == ((4, 2), (2, 4), (4,))
+    told = None if client == "confluent-kafka" else True  # librdkafka does not tell it
+    assert outcome["generations: A and B split in one, each rising"] is told
+    assert outcome["generations: C's first after B's last"] is told
+    assert outcome["records read by A, B before A closed"] == (20, 20)
+    assert outcome["the first 40 read once"] is True
+    assert outcome["committed before B crashed"] == (10, 10, 10, 10)
+    assert outcome["C read exactly the uncommitted records"] is True
+    assert outcome["committed after C"] == (15, 15, 15, 15)
+    # B's session (6 s) must expire before C is assigned; A's LeaveGroup is at once.
+    assert 5.0 < outcome.timing("B crashed: C owns every partition") < 20.0
+    assert outcome.timing("A closed: B owns every partition") < 5.0
+    # KIP-345: a static member's replacement takes its partitions without a rebalance.
+    assert outcome["static: the new S2 got S2's partitions"] is True
+    assert outcome["static: assignment sizes seen by S1, S2, new S2"] == ((4, 2), (2,), (2,))
+    if client != "kafka-python":
+        # kafka-python's group leader at times rejoins by itself (1 of 8 runs on minibroker
+        # under load, cause not found), which Kafka allows: then S1 sees one generation more.
+        # The partitions staying put (above) is what KIP-345 promises.
+        assert outcome["static: generations of S1, S2, new S2 in one"] is told
 
 
 def test_idempotent_producer_across_a_leader_change(backend: Backend) -> None:

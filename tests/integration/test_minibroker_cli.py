@@ -178,8 +178,10 @@ def test_describe_table_format() -> None:
                 "partition": 0,
                 "leader": -1,
                 "replicas": [1, 2],
-                "isr": [1],
-                "offline_replicas": [2],
+                "isr": [],
+                "eligible_leader_replicas": [1],
+                "last_known_elr": [1],
+                "offline_replicas": [1, 2],
                 "leader_epoch": 4,
                 "high_watermark": 7,
             }
@@ -187,8 +189,8 @@ def test_describe_table_format() -> None:
     }
     assert format_describe(described).splitlines() == [
         "Broker: 1\tAddress: 127.0.0.1:9092\tRack: -\tStatus: running\t(controller, isolated)",
-        "Topic: t\tPartition: 0\tLeader: none\tReplicas: 1,2\tIsr: 1\tOffline: 2\t"
-        "LeaderEpoch: 4\tHW: 7",
+        "Topic: t\tPartition: 0\tLeader: none\tReplicas: 1,2\tIsr: \tElr: 1\tLastKnownElr: 1\t"
+        "Offline: 1,2\tLeaderEpoch: 4\tHW: 7",
     ]
 
 

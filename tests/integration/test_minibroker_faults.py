@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from minibroker import Cluster, PartitionState
+from tests.integration.test_minibroker_protocol import Wire
 
 FAST = {"replica.lag.time.max.ms": "300", "broker.session.timeout.ms": "300"}
 
@@ -197,12 +199,15 @@ def test_without_unclean_election_the_partition_waits_offline_for_its_isr() -> N
         )
         time.sleep(0.5)  # the controller has had time to elect, and must not
         state = cluster.partition_state("suffix", 0)
-        assert (state.leader, state.isr) == (-1, (old_leader,))
+        # Kafka 4.1+ (KIP-966): the ISR empties, the last member stays eligible (ELR) and is
+        # remembered as the last leader.
+        assert (state.leader, state.isr, state.eligible_leader_replicas) == (-1, (), (old_leader,))
+        assert state.last_known_elr == (old_leader,)
         cluster.start_broker(old_leader)
         wait_for(
             lambda: cluster.partition_state("suffix", 0).leader == old_leader,
             3,
-            "the last ISR member to be elected when it returns",
+            "the last leader to be elected when it returns",
         )
         values = consume_all(cluster.bootstrap_servers, "suffix", 0, 80)
         assert len(values) == 80
@@ -330,3 +335,36 @@ def test_a_group_survives_its_coordinator_crashing_and_returning() -> None:
         assert sorted(got) == sorted(
             f"{prefix}{p}-{i}".encode() for prefix in "ab" for p in range(3) for i in range(20)
         )
+
+
+def describe_partitions(cluster: Cluster, topic: str) -> Any:
+    """DescribeTopicPartitions v0 (KIP-966) for ``topic``: its partitions, ELR included."""
+    wire = Wire(cluster.bootstrap_servers.split(",")[-1])
+    try:
+        response = wire.call(75, 0, {"topics": [{"name": topic}], "response_partition_limit": 10})
+    finally:
+        wire.close()
+    (described,) = response.topics
+    return described.partitions
+
+
+def test_followers_out_of_the_isr_under_the_minimum_stay_eligible_and_one_takes_over() -> None:
+    config = {"min.insync.replicas": "2", **FAST}
+    with Cluster(brokers=3, config=config) as cluster:
+        cluster.create_topic("elr", partitions=1, replication_factor=3)
+        assert produce_to(cluster.bootstrap_servers, "elr", [0], count=20)[0] == [None] * 20
+        for follower in (2, 3):
+            cluster.isolate_broker(follower)  # alive, but out of the ISR after the lag time
+        wait_for(lambda: cluster.partition_state("elr", 0).isr == (1,), 3, "the ISR to shrink")
+        (partition,) = describe_partitions(cluster, "elr")
+        assert (partition.leader_id, partition.isr_nodes) == (1, (1,))
+        assert partition.eligible_leader_replicas == (2, 3)
+        # The high watermark stood still under the minimum, so the ELR holds every acknowledged
+        # record: when the leader is fenced, the first ELR replica leads, alone in its ISR.
+        cluster.stop_broker(1)
+        wait_for(lambda: cluster.partition_state("elr", 0).leader == 2, 3, "an ELR leader")
+        (partition,) = describe_partitions(cluster, "elr")
+        assert (partition.isr_nodes, partition.eligible_leader_replicas) == ((2,), (1, 3))
+        for follower in (2, 3):
+            cluster.heal_broker(follower)
+        assert len(consume_all(cluster.bootstrap_servers, "elr", 0, 20)) == 20

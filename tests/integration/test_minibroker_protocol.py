@@ -186,6 +186,28 @@ def test_api_versions_lists_what_is_served_and_answers_unknown_versions_in_v0(
     assert {k.api_key for k in response.api_keys} >= {0, 1, 3, 18}
 
 
+def test_describe_topic_partitions_pages_by_cursor_in_topic_name_order(wire: Wire) -> None:
+    request: dict[str, Any] = {
+        "topics": [{"name": "wire"}, {"name": "absent"}],
+        "response_partition_limit": 1,
+    }
+    first = wire.call(75, 0, request)
+    assert [(t.name, t.error_code) for t in first.topics] == [
+        ("absent", ErrorCode.unknown_topic_or_partition),
+        ("wire", ErrorCode.none),
+    ]
+    assert [p.partition_index for p in first.topics[1].partitions] == [0]
+    assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == ("wire", 1)
+    cursor = {"topic_name": "wire", "partition_index": 1}
+    rest = wire.call(75, 0, {**request, "cursor": cursor})
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in rest.topics] == [
+        ("wire", [1])
+    ]
+    assert rest.next_cursor is None
+    described = rest.topics[0].partitions[0]
+    assert described.eligible_leader_replicas == described.last_known_elr == ()
+
+
 @pytest.mark.parametrize(
     "payload",
     [

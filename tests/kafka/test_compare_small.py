@@ -1,18 +1,21 @@
-"""The comparison harness (bench/compare) kept honest on a small scale: three contenders, a few
-thousand messages each, brokers 4 and 5 paused for a few seconds. What it reports must add up
-(sent = delivered + failed + unresolved = read back + lost) and show what the tests of the
-failover producers show: FailoverProducer loses nothing, the plain producer waits out the fault.
+"""The comparison harness (bench/compare) kept honest on a small scale: four contenders (three
+when Go is missing), a few thousand messages each, brokers 4 and 5 paused for a few seconds. What
+it reports must add up (sent = delivered + failed + unresolved = read back + lost) and show what
+the tests of the failover producers show: FailoverProducer loses nothing, the plain producer
+waits out the fault.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
 
-from compare import java
-from compare.contenders import Load, java_runner, run_confluent, run_failover
+from compare import java, sarama
+from compare.contenders import Load, run_confluent, run_failover
+from compare.programs import runner
 from compare.scenario import Contender, producers_under_fault
 from tests.realkafka.cluster import KafkaCluster
 from tests.realkafka.fixtures import unavailable
@@ -27,12 +30,15 @@ def test_harness_counts_add_up_under_one_fault(kafka_cluster: KafkaCluster, tmp_
         program = java.ensure_program()
     except Unavailable as exc:
         unavailable(str(exc))
-    with (tmp_path / "java.log").open("w") as log:
+    with (tmp_path / "programs.log").open("w") as log:
         contenders = [
             Contender(name="confluent-kafka", run=run_confluent),
             Contender(name="FailoverProducer", run=run_failover),
-            Contender(name="Java producer", run=java_runner(program, {}, log)),
+            Contender(name="Java producer", run=runner(program, {}, log)),
         ]
+        with contextlib.suppress(Unavailable):  # without Go, the other three check the harness
+            go = sarama.ensure_program()
+            contenders.append(Contender(name="Sarama", run=runner(go, {}, log)))
         results = producers_under_fault(
             kafka_cluster, contenders, LOAD, fault_start_s=FAULT_S[0], fault_end_s=FAULT_S[1]
         )

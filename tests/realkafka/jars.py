@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,32 +88,57 @@ def maven_fetch(
 ) -> Path:
     """``pom``'s runtime jars in ``folder`` (its ``jars_in`` subfolder), fetched with Maven
     unless an earlier run completed it. ``build`` are further commands run after the fetch,
-    ``{staging}`` in their arguments standing for the folder being filled. The folder is filled
-    beside its place and moved there whole, so a run that fails or races another leaves no
-    half-filled cache."""
+    ``{staging}`` in their arguments standing for the folder being filled."""
     if (folder / _DONE).exists():
         return folder
     mvn = shutil.which("mvn")
     if mvn is None:
         raise Unavailable(f"the jars of {pom.name} come from Maven Central: `mvn` is missing")
+    fetch = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+             "-DincludeScope=runtime", "-DoutputDirectory={staging}/" + jars_in]  # fmt: skip
+    return cached_build(
+        folder,
+        [fetch, *build],
+        what=pom.name,
+        hint="is Maven Central reachable?",
+        timeout_s=timeout_s,
+    )
+
+
+def cached_build(
+    folder: Path,
+    commands: Sequence[Sequence[str]],
+    *,
+    what: str,
+    hint: str,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 600.0,
+) -> Path:
+    """``folder`` filled by ``commands`` unless an earlier run completed it, ``{staging}`` in
+    their arguments standing for the folder being filled. It is filled beside its place and
+    moved there whole, so a run that fails or races another leaves no half-filled cache."""
+    if (folder / _DONE).exists():
+        return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="fetch-", dir=folder.parent))
     try:
-        fetch = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                 "-DincludeScope=runtime", f"-DoutputDirectory={staging / jars_in}"]  # fmt: skip
-        for command in (fetch, *build):
+        for command in commands:
             command = [part.replace("{staging}", str(staging)) for part in command]
             done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout_s, check=False
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                env=None if env is None else {**os.environ, **env},
             )
             if done.returncode != 0:
                 tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
                 raise Unavailable(
-                    f"`{Path(command[0]).name}` for {pom.name} failed "
-                    f"(exit {done.returncode}); is Maven Central reachable? Its last lines:\n"
-                    + "\n".join(tail)
+                    f"`{Path(command[0]).name}` for {what} failed (exit {done.returncode}); "
+                    f"{hint} Its last lines:\n" + "\n".join(tail)
                 )
-        (staging / _DONE).write_text(pom.name)
+        (staging / _DONE).write_text(what)
         if folder.exists():  # another run finished first: keep its copy
             shutil.rmtree(staging)
         else:

@@ -34,6 +34,11 @@ def new_controller(brokers: int = 3, config: dict[str, str] | None = None) -> Co
     return Controller(broker_ids=ids, configs=ConfigStore(settings_), listener=Quiet(), now=0.0)
 
 
+def state(partition: Partition) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Leader, ISR, ELR and last known ELR, as DescribeTopicPartitions shows them."""
+    return partition.leader, partition.isr, partition.elr, partition.last_known_elr
+
+
 def test_placement_rotates_leaders_and_spreads_followers() -> None:
     placement = assign_replicas(12, 3, (1, 2, 3, 4, 5))
     assert placement[:5] == [(1, 2, 3), (2, 3, 4), (3, 4, 5), (4, 5, 1), (5, 1, 2)]
@@ -110,10 +115,50 @@ def test_without_unclean_election_the_last_isr_member_waits_for_its_return() -> 
     partition.remove_from_isr(2, "lagging")
     controller.broker_stopped(1, 0.0)
     controller.tick(1.0)
-    assert (partition.leader, partition.isr) == (-1, (1,))
+    # Kafka 4.1+ (KIP-966): the ISR empties; the last leader is remembered, and eligible.
+    assert state(partition) == (-1, (), (1,), (1,))
     controller.broker_started(1, 2.0)
-    assert (partition.leader, partition.isr) == (1, (1,))
+    # Back from a crash it leaves the ELR; with the ISR and ELR empty, the last known leader
+    # is elected.
+    assert state(partition) == (1, (1,), (), ())
     assert partition.leader_epoch == 2  # offline and back: two leader changes
+
+
+def test_replicas_that_left_the_isr_under_the_minimum_stay_eligible_to_lead() -> None:
+    # KIP-966: the high watermark stood still once the ISR was under min.insync.replicas, so
+    # the followers that fell out then hold every committed record and may lead.
+    controller = new_controller(brokers=3, config={"min.insync.replicas": "2"})
+    controller.create_topic("t", 1, 3, None, 0.0)
+    partition = controller.partition("t", 0)
+    assert partition is not None
+    controller.tick(0.6)  # both followers lag (they never fetched): the leader drops them
+    assert state(partition) == (1, (1,), (2, 3), ())
+    controller.broker_stopped(1, 1.0)
+    controller.tick(1.0 + SESSION_S)
+    assert state(partition) == (2, (2,), (1, 3), ())
+
+
+def test_a_replica_back_from_a_crash_is_no_longer_eligible_but_the_last_leader_is() -> None:
+    """Scenario 4 of tests/faithful, as Kafka 4.4 ran it: the followers crash one by one, then
+    the leader; they return in the same order."""
+    controller = new_controller(brokers=3, config={"min.insync.replicas": "2"})
+    controller.create_topic("t", 1, 3, None, 0.0)
+    controller.create_topic("u", 1, 3, {"unclean.leader.election.enable": "true"}, 0.0)
+    clean, unclean = controller.partition("t", 0), controller.partition("u", 0)
+    assert clean is not None
+    assert unclean is not None
+    for at, broker in enumerate((3, 2, 1)):
+        controller.broker_stopped(broker, float(at))
+        controller.tick(at + SESSION_S + 0.01)
+    assert state(clean) == state(unclean) == (-1, (), (1, 2), (1,))
+    controller.broker_started(3, 4.0)  # never eligible: out of the ISR while it was whole
+    assert state(clean) == (-1, (), (1, 2), (1,))
+    assert state(unclean) == (3, (3,), (), ())  # unclean election: its log becomes the truth
+    controller.broker_started(2, 5.0)  # back from a crash: no longer eligible
+    assert state(clean) == (-1, (), (1,), (1,))
+    controller.broker_started(1, 6.0)  # the ISR and ELR are empty: the last leader leads
+    assert state(clean) == (1, (1,), (), ())
+    assert clean.leader_epoch == 2
 
 
 def test_unclean_election_takes_the_first_live_replica() -> None:
@@ -186,11 +231,12 @@ class ElectionMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.controller = new_controller(brokers=4)
+        # min.insync.replicas 2 of RF 3: the ELR forms as soon as the ISR has one member
+        self.controller = new_controller(brokers=4, config={"min.insync.replicas": "2"})
         self.controller.create_topic("t", 6, 3, None, 0.0)
         self.now = 0.0
         self.epochs = {p.index: (p.leader_epoch, p.leader) for p in self.controller.partitions()}
-        self.previous_isr = {p.index: p.isr for p in self.controller.partitions()}
+        self.previous = {p.index: self._eligible(p) for p in self.controller.partitions()}
 
     @rule(broker=st.integers(1, 4))
     def stop(self, broker: int) -> None:
@@ -231,20 +277,28 @@ class ElectionMachine(RuleBasedStateMachine):
             if partition.leader != leader:
                 assert partition.leader_epoch > epoch, "a leader change must bump the epoch"
             if partition.leader >= 0 and partition.leader != leader:
-                # clean elections only: the new leader was in the ISR it inherited
-                assert partition.leader in self.previous_isr[partition.index]
+                # no unclean election: the new leader was eligible in the state it inherited
+                assert partition.leader in self.previous[partition.index]
             self.epochs[partition.index] = (partition.leader_epoch, partition.leader)
-            self.previous_isr[partition.index] = partition.isr
+            self.previous[partition.index] = self._eligible(partition)
+
+    @staticmethod
+    def _eligible(partition: Partition) -> set[int]:
+        """Who may lead by Kafka's rules without an unclean election: the ISR; when it is empty,
+        the ELR; when both are, the last known leader. (One step may empty the first two.)"""
+        return {*partition.isr, *partition.elr, *partition.last_known_elr}
 
     @invariant()
-    def leaders_are_unfenced_isr_members_and_isr_never_empty(self) -> None:
+    def leaders_are_unfenced_isr_members_and_an_empty_isr_means_offline(self) -> None:
         for partition in self.controller.partitions():
-            assert partition.isr
             if partition.leader >= 0:
                 assert partition.leader in partition.isr
                 assert not self.controller.is_fenced(partition.leader)
             else:
-                assert len(partition.isr) == 1
+                assert partition.isr == ()
+            assert not set(partition.isr) & set(partition.elr)
+            if len(partition.isr) >= partition.effective_min_isr:
+                assert partition.elr == ()
 
 
 TestElectionMachine = ElectionMachine.TestCase

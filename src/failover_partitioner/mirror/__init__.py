@@ -7,18 +7,17 @@ each source partition's offset only up to its first message not yet finally deli
 
 from __future__ import annotations
 
+from ._clients import ConsumerLike, ProducerLike
 from ._commits import CommitLedger, PartitionProgress, PartitionTracker
 from ._config import MirrorOptions, TopicRouter, load_properties, parse_properties
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._gc import tune_gc
-from ._mirror import (
+from ._mirror import Mirror
+from ._provenance import (
     HEADER_SOURCE,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_TOPIC,
-    ConsumerLike,
-    Mirror,
-    ProducerLike,
 )
 from ._status import MirrorStatus, PartitionStatus, format_status
 from ._topics import EXCLUDED_CONFIGS, TopicSyncError

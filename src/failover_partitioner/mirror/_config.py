@@ -263,7 +263,16 @@ class MirrorOptions:
     many partitions as its source, else key (logged as a warning)."""
 
     def __post_init__(self) -> None:
+        # The checks in order: a value's type, then the clients, names and bounds it sets.
         self._check_types()
+        self._settle_client_configs()
+        self._check_names()
+        self._check_topic_settings()
+        self._check_bounds()
+
+    def _settle_client_configs(self) -> None:
+        """The clients' settings: the flags win over the files; both clusters and the group
+        must be named; auto-commit stays off (the mirror commits only what is delivered)."""
         consumer = dict(_frozen(self.consumer_config, "consumer config"))
         producer = dict(_frozen(self.producer_config, "producer config"))
         if self.source_bootstrap is not None:
@@ -298,10 +307,9 @@ class MirrorOptions:
         object.__setattr__(self, "consumer_config", MappingProxyType(consumer))
         object.__setattr__(self, "producer_config", MappingProxyType(producer))
 
-        if (
-            consumer["bootstrap.servers"] == producer["bootstrap.servers"]
-            and self.rename.format(topic="t") == "t"
-        ):
+    def _check_names(self) -> None:
+        """Topic selection and naming, and the choices given by name."""
+        if self.source_servers == self.target_servers and self.rename.format(topic="t") == "t":
             raise MirrorConfigError(
                 "source and target are the same cluster and --rename keeps topic names, so the "
                 "mirror would read its own output forever; pass e.g. --rename 'copy.{topic}'"
@@ -326,6 +334,9 @@ class MirrorOptions:
                 f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not "
                 f"{self.partitioning!r}"
             )
+
+    def _check_topic_settings(self) -> None:
+        """What the topic sync applies to target topics."""
         topic_configs = dict(_frozen(self.topic_configs, "topic configs"))
         for key in topic_configs:
             if not key or "=" in key:
@@ -345,6 +356,9 @@ class MirrorOptions:
                 "--topic-replication-factor must be a positive integer, or -1 for the target "
                 f"cluster's default, not {self.topic_replication_factor!r}"
             )
+
+    def _check_bounds(self) -> None:
+        """Counts and intervals."""
         _positive_int("--max-in-flight", self.max_in_flight)
         _positive_int("poll_batch", self.poll_batch)
         for name in (

@@ -17,25 +17,40 @@ A failure comes back with the message's topic, partition, key and value (not its
 mirror finds the consumed message by key and value within the span, and sends it again through
 the failover producer, which routes it around the partition that refused it.
 
-Pure plumbing: no threads; the mirror calls it from its own.
+:class:`FastLane` is the plumbing; :class:`LaneControl` decides when the lane is on and what
+its outcomes mean for the mirror. No threads: the mirror calls both from its own.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
 
 from failover_partitioner._config import client_settings, companion_conf
+from failover_partitioner.errors import ProduceTimeout, classify
 
+from ._clients import Clients, DeliveryCallback, LaneProducer, build
 from ._commits import Span
+from ._config import MirrorOptions
+from ._failures import Failures
+from ._provenance import Headers, Provenance, span_messages
+from ._report import Counters
+from ._targets import LANE_RETRY_S, Targets
 
-__all__ = ["FastLane", "LaneFailure", "lane_config"]
+__all__ = ["FastLane", "LaneControl", "LaneFailure", "WhenRoom", "lane_config"]
+
+logger = logging.getLogger(__name__)
 
 LaneFailure = tuple[Span, KafkaError, Message]
+
+# Send a message the producer had no room for once it has (target, message, headers,
+# callback, timestamp type, timestamp); False: the mirror stops first.
+WhenRoom = Callable[[str, Message, "Headers | None", "DeliveryCallback | Span", int, int], bool]
 
 
 # The longest the mirror may wait for the lane to settle: a message the lane holds longer is
@@ -114,3 +129,203 @@ class FastLane:
         (``_PURGE_QUEUE``, or ``_PURGE_INFLIGHT`` for one that may still have been written)."""
         self._client.purge(in_queue=True, in_flight=True, blocking=True)
         self._client.flush(1.0)  # serves those reports
+
+
+class LaneControl:
+    """When the mirror sends on the fast lane, and what the lane's outcomes mean.
+
+    The lane takes messages only while ``on``: off from the moment a target topic is not
+    whole until every target topic is again and the failover producer has nothing out. Its
+    deliveries are counted when it is settled; its failures are sent again through the
+    failover producer (``when_room`` waits for room in it; ``stopping`` ends waits)."""
+
+    def __init__(
+        self,
+        options: MirrorOptions,
+        clients: Clients,
+        targets: Targets,
+        failures: Failures,
+        counters: Counters,
+        provenance: Provenance,
+        *,
+        clock: Callable[[], float],
+        when_room: WhenRoom,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._options = options
+        self._clients = clients
+        self._targets = targets
+        self._failures = failures
+        self._counters = counters
+        self._provenance = provenance
+        self._clock = clock
+        self._when_room = when_room
+        self._stopping = stopping
+        self.lane: FastLane | None = None
+        self.on = False
+        self._retry_at = 0.0
+
+    def start(self, factory: Callable[[dict[str, Any]], Any] | None) -> None:
+        """Build the lane's client, if there is a factory and the producer is the failover
+        producer (the lane needs its view of topic health)."""
+        if factory is None or not isinstance(self._clients.producer, LaneProducer):
+            return
+        self.lane = FastLane(
+            build("fast lane producer", factory, lane_config(self._options.producer_config)),
+            self._clock,
+        )
+        self.on = True
+
+    def retry(self) -> None:
+        """The lane is off: look again whether it can come back on, at most every
+        ``LANE_RETRY_S``."""
+        if not self.on and self._clock() >= self._retry_at:
+            self._try_on()
+
+    def off(self, target: str) -> None:
+        """``target`` needs routing around: the lane's messages settle first (so that a key's
+        earlier messages land before its later ones take the failover producer), then every
+        message takes the failover producer until all target topics are whole again."""
+        logger.info(
+            "target topic %r has a partition not usable: every message goes through the "
+            "failover producer until all target topics are whole again",
+            target,
+        )
+        self.on = False
+        self._retry_at = self._clock() + LANE_RETRY_S
+        self.settle()
+
+    def _try_on(self) -> None:
+        """Back to the lane once every target topic is whole and the failover producer has
+        delivered what it holds (a key's earlier messages land first)."""
+        self._retry_at = self._clock() + LANE_RETRY_S
+        producer = self._clients.lane_producer()
+        if not all(producer.whole(t) for t in self._targets.seen):
+            return
+        if producer.flush(LANE_RETRY_S) == 0:
+            self._failures.handle()
+            self.on = True
+            logger.info("every target topic is whole: the fast lane is on again")
+
+    def settle(self) -> None:
+        """Wait until the lane holds no message, then count its deliveries and send its
+        failures again through the failover producer. Bounded by the lane client's
+        message.timeout.ms (every message has an outcome by then); a stop request leaves the
+        rest to the shutdown."""
+        lane = self.lane
+        if lane is None or not lane.spans:
+            return
+        producer = self._clients.producer
+        assert producer is not None
+        while not lane.settle(1.0, partial(producer.poll, 0)):
+            if self._stopping():
+                return
+        self._outcomes(resend=True)
+
+    def _outcomes(self, *, resend: bool) -> None:
+        """The lane is settled: every message it took without a failure report was delivered.
+        Failures are sent again (``resend``), or handed back (the mirror is stopping)."""
+        lane = self.lane
+        assert lane is not None
+        spans, failed = lane.take()
+        by_span: dict[Span, list[LaneFailure]] = {}
+        for failure in failed:
+            by_span.setdefault(failure[0], []).append(failure)
+        for span in spans:
+            fails = by_span.get(span, [])
+            delivered = span.lane - len(fails)
+            span.lane = 0
+            if fails:
+                self._failed(span, fails, resend=resend)
+            span.delivered_many(delivered)
+
+    def _failed(self, span: Span, fails: list[LaneFailure], *, resend: bool) -> None:
+        """Send the span's messages the lane failed to deliver again through the failover
+        producer, found by key and value (the lane's reports carry no headers). Equal messages
+        cannot be told apart: all of them go again (duplicates, never a loss)."""
+        tracker = span.tracker
+        if tracker.dropped:
+            span.delivered_many(len(fails))  # counted back as abandoned
+            return
+        target = self._targets.router.target(tracker.topic)
+        producer = self._clients.lane_producer()
+        unsent: dict[tuple[object, object], list[Message]] = {}
+        for m in span_messages(span):
+            unsent.setdefault((m.key(), m.value()), []).append(m)
+        sent: set[tuple[object, object]] = set()
+        handed_back: list[int] = []
+        for _, err, report in fails:
+            partition = report.partition()
+            if resend and partition is not None and partition >= 0:
+                producer.report_failure(target, partition, err)
+            what = (report.key(), report.value())
+            again = unsent.pop(what, None)
+            if again is None and what not in sent:
+                # No message of the span has this key and value: send all not yet sent again.
+                again = [m for ms in unsent.values() for m in ms]
+                unsent.clear()
+            sent.add(what)
+            if not again:
+                span.delivered()  # an equal message was sent again for it already
+                continue
+            if not resend:
+                handed_back.extend(m.offset() for m in again)  # type: ignore[misc]
+                continue
+            span.pending += len(again) - 1  # one takes the failed message's place
+            # Copies that may land twice: the others of equal messages, and the failed one if
+            # its attempt may have been written.
+            twice = len(again) - 1 + classify(err.code(), err.name()).possibly_persisted
+            if twice:
+                dups = self._counters.possible_duplicates
+                dups[tracker.topic] = dups.get(tracker.topic, 0) + twice
+            for m in again:
+                self._resend(span, m, target)
+        if handed_back:
+            tracker.handed_back(span, handed_back)
+
+    def _resend(self, span: Span, msg: Message, target: str) -> None:
+        """Send ``msg`` of ``span`` again through the failover producer (it failed on the
+        lane); its outcome comes to the span as any other."""
+        producer = self._clients.producer
+        assert producer is not None
+        tracker = span.tracker
+        headers = self._provenance.headers_for(msg, tracker.topic, tracker.partition)
+        ts_type, ts = msg.timestamp()
+        rerouted = self._counters.rerouted
+        rerouted[tracker.topic] = rerouted.get(tracker.topic, 0) + 1
+        try:
+            producer.produce(
+                target,
+                msg.value(),
+                msg.key(),
+                headers,
+                span,
+                ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+            )
+        except (BufferError, ProduceTimeout):
+            if not self._when_room(target, msg, headers, span, ts_type, ts):
+                # Stopping before the producer took it: not delivered, so never committed.
+                tracker.handed_back(span, [msg.offset()])  # type: ignore[list-item]
+                span.delivered()
+        except (KafkaException, ValueError, TypeError) as exc:
+            self._failures.refused(span, msg, target, exc)
+
+    def give_up(self) -> None:
+        """Shutting down, not settled in time: what the lane still holds is given up and
+        handed back (not committed); the reports tell which messages those are."""
+        lane = self.lane
+        if lane is not None and lane.spans:
+            lane.purge()
+            self._outcomes(resend=False)
+
+    def serve(self) -> None:
+        """Serve outcomes for up to 50 ms: the lane's (settling it) and the producer's."""
+        producer = self._clients.producer
+        assert producer is not None
+        lane = self.lane
+        if lane is not None and lane.spans:
+            if lane.settle(0.05, partial(producer.poll, 0)):
+                self._outcomes(resend=True)
+            producer.poll(0)
+        else:
+            producer.poll(0.05)

@@ -142,7 +142,7 @@ def plan_topic(
     """Decide what brings ``target`` in line with ``source``.
 
     ``manage``: the mirror may create, grow and configure target topics (else the plan is
-    empty; what a short target means for placement is the mirror's ``_decide_placement``);
+    empty; what a short target means for placement is ``_targets``);
     ``configs``: compare topic-level settings this time too. A target never loses partitions
     (Kafka cannot), and one with more than its source is left alone.
     """

@@ -17,8 +17,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ._config import TopicRouter
 from ._errors import MirrorError
-from ._mirror import _provenance_of
 from ._offsets import FirstUnread, OffsetSync, lower_bounds
+from ._provenance import provenance_of
 
 __all__ = ["PartitionTranslation", "TranslateError", "translate"]
 
@@ -179,7 +179,7 @@ def _scan(
     _, high = reader.get_watermark_offsets(TopicPartition(target, q), timeout=timeout_s)
     end = high
     for msg in _read(reader, TopicPartition(target, q), bound, timeout_s):
-        first.see(msg.offset(), _provenance_of(msg.headers(), compact=True) or _separate(msg))
+        first.see(msg.offset(), provenance_of(msg.headers(), compact=True) or _separate(msg))
         end = msg.offset() + 1
     return PartitionTranslation(
         target_topic=target,
@@ -191,7 +191,7 @@ def _scan(
 
 
 def _separate(msg: Any) -> tuple[str, int, int] | None:
-    return _provenance_of(msg.headers(), compact=False)
+    return provenance_of(msg.headers(), compact=False)
 
 
 def _commit(

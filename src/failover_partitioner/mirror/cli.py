@@ -41,6 +41,17 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog=f"To move a consumer group from the source to the target: {PROG} translate --help",
     )
+    _add_clients_options(ap)
+    _add_selection_options(ap)
+    _add_messages_options(ap)
+    _add_target_topics_options(ap)
+    _add_timing_options(ap)
+    _add_output_options(ap)
+    return ap
+
+
+def _add_clients_options(ap: argparse.ArgumentParser) -> None:
+    """Options: clusters, the group and the clients' settings."""
     ap.add_argument("--source", metavar="BOOTSTRAP", help="source cluster bootstrap servers")
     ap.add_argument("--target", metavar="BOOTSTRAP", help="target cluster bootstrap servers")
     ap.add_argument("--group", metavar="ID", help="consumer group id on the source")
@@ -56,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="Java-style properties for the target producer (librdkafka names)",
     )
+
+
+def _add_selection_options(ap: argparse.ArgumentParser) -> None:
+    """Options: which source topics, and their target names."""
     ap.add_argument(
         "--include",
         metavar="REGEX",
@@ -69,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
         default="{topic}",
         help="target topic name template, e.g. 'src.{topic}' (default: '{topic}')",
     )
+
+
+def _add_messages_options(ap: argparse.ArgumentParser) -> None:
+    """Options: what is sent for each message, and where."""
     ap.add_argument(
         "--max-in-flight",
         type=int,
@@ -113,6 +132,10 @@ def _parser() -> argparse.ArgumentParser:
         "partitioner; auto: preserve when the target topic has at least as many partitions "
         "as its source, else key (default: auto)",
     )
+
+
+def _add_target_topics_options(ap: argparse.ArgumentParser) -> None:
+    """Options: target topics and offset syncs."""
     ap.add_argument(
         "--no-sync-topics",
         dest="sync_topics",
@@ -163,6 +186,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="write no offset syncs",
     )
+
+
+def _add_timing_options(ap: argparse.ArgumentParser) -> None:
+    """Options: commits, shutdown and topic refresh."""
     ap.add_argument(
         "--commit-interval",
         type=float,
@@ -184,6 +211,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how often to look for new source topics (default: 30)",
     )
+
+
+def _add_output_options(ap: argparse.ArgumentParser) -> None:
+    """Options: status, metrics and logs."""
     ap.add_argument(
         "--status-interval",
         type=float,
@@ -207,7 +238,6 @@ def _parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level on stderr (default: INFO)",
     )
-    return ap
 
 
 def _options(args: argparse.Namespace) -> MirrorOptions:

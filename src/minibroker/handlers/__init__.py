@@ -42,4 +42,5 @@ HANDLERS: Mapping[int, Handler] = {
     37: admin.handle_create_partitions,
     44: admin.handle_incremental_alter_configs,
     60: basic.handle_describe_cluster,
+    75: basic.handle_describe_topic_partitions,
 }

@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata, DescribeCluster and InitProducerId."""
+"""ApiVersions, Metadata, DescribeTopicPartitions, DescribeCluster and InitProducerId."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from minibroker.errors import TopicError
 from minibroker.protocol.codec import build, encode_body, frame_with_body
 
 if TYPE_CHECKING:
+    from minibroker.replication import Partition
     from minibroker.server import ClusterRuntime, RequestContext
 
 __all__ = [
     "broker_entries",
     "handle_api_versions",
     "handle_describe_cluster",
+    "handle_describe_topic_partitions",
     "handle_init_producer_id",
     "handle_metadata",
 ]
@@ -31,6 +33,9 @@ _CLIENT_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 _NO_AUTHORIZED_OPERATIONS = -(2**31)
 # Metadata names a topic by id from v12 on; v10 and v11 carry the field but must leave it unset.
 _METADATA_TOPIC_IDS_VERSION = 12
+# Kafka's max.request.partition.size.limit: the most partitions one DescribeTopicPartitions answers.
+_DESCRIBE_PARTITION_LIMIT = 2000
+_NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 def handle_api_versions(ctx: RequestContext, request: Any) -> None:
@@ -162,6 +167,63 @@ def handle_metadata(ctx: RequestContext, request: Any) -> None:
     if not errors:
         cluster.cache_metadata(key, body)
     ctx.respond_frame(frame_with_body(cls, ctx.correlation_id, body))
+
+
+def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> None:
+    """Metadata's view of each partition plus its eligible leader replicas (KIP-966), as
+    Kafka's ``KRaftMetadataCache.describeTopicResponse`` answers: topics in name order from the
+    cursor on, at most ``response_partition_limit`` partitions (then a next cursor), and no
+    partition error even when a partition has no leader."""
+    controller = ctx.cluster.controller
+    cursor = request.cursor
+    names = sorted({t.name for t in request.topics} if request.topics else set(controller.topics))
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    budget = min(int(request.response_partition_limit), _DESCRIBE_PARTITION_LIMIT)
+    topics: list[dict[str, Any]] = []
+    next_cursor = None
+    for name in names:
+        topic = controller.topics.get(name)
+        if topic is None:
+            topics.append(
+                {
+                    "error_code": ErrorCode.unknown_topic_or_partition,
+                    "name": name,
+                    "topic_id": _NO_TOPIC_ID,
+                    "partitions": [],
+                }
+            )
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        chosen = topic.partitions[first : first + max(budget, 0)]
+        budget -= len(chosen)
+        if chosen:
+            topics.append(
+                {
+                    "error_code": 0,
+                    "name": name,
+                    "topic_id": topic.topic_id,
+                    "partitions": [_described_partition(ctx.cluster, p) for p in chosen],
+                }
+            )
+        if first + len(chosen) < len(topic.partitions):
+            next_cursor = {"topic_name": name, "partition_index": first + len(chosen)}
+            break
+    ctx.respond({"throttle_time": 0, "topics": topics, "next_cursor": next_cursor})
+
+
+def _described_partition(cluster: ClusterRuntime, p: Partition) -> dict[str, Any]:
+    return {
+        "error_code": 0,
+        "partition_index": p.index,
+        "leader_id": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "replica_nodes": p.replicas,
+        "isr_nodes": p.isr,
+        "eligible_leader_replicas": p.elr,
+        "last_known_elr": p.last_known_elr,
+        "offline_replicas": [r for r in p.replicas if cluster.controller.is_fenced(r)],
+    }
 
 
 def _requested_name(cluster: ClusterRuntime, topic: Any) -> str | uuid.UUID | None:

@@ -35,6 +35,7 @@ SUPPORTED_VERSIONS: Mapping[int, tuple[int, int]] = {
     37: (0, 3),  # CreatePartitions
     44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 2),  # DescribeCluster: - / - / 2
+    75: (0, 0),  # DescribeTopicPartitions (KIP-966; the Java admin client's describeTopics)
 }
 
 API_NAMES: Mapping[int, str] = {
@@ -60,6 +61,7 @@ API_NAMES: Mapping[int, str] = {
     37: "CreatePartitions",
     44: "IncrementalAlterConfigs",
     60: "DescribeCluster",
+    75: "DescribeTopicPartitions",
 }
 
 
