@@ -23,12 +23,12 @@ import json
 import re
 import time
 import uuid
+import warnings
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -102,6 +102,10 @@ def read_by_partition(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         consumer.close()
 
 
+# The brokers the tests here never pause.
+SPARED = [b for b in range(1, 6) if b not in FAULTY]
+
+
 def group_away_from_faults(cluster: KafkaCluster, prefix: str) -> str:
     """A group id whose coordinator (the leader of its __consumer_offsets partition) is not on
     a broker the test pauses, and whose partition keeps min ISR meanwhile: the mirror's group
@@ -126,26 +130,33 @@ def group_away_from_faults(cluster: KafkaCluster, prefix: str) -> str:
         ]
 
     # Earlier faults (a chaos run, a killed broker restarted by the fixture's heal) leave
-    # replicas catching up for a while, and their partitions led elsewhere, often by the
-    # brokers this test pauses. A preferred election is refused while the preferred replica is
-    # out of the ISR: first wait for every replica to be back in.
+    # replicas catching up for a while: wait for every replica to be back in first.
     with contextlib.suppress(AssertionError):
         wait_for(lambda: whole(cluster, "__consumer_offsets"), 60, "__consumer_offsets whole")
     if not usable():
-        # Give leadership back to the preferred replicas, as Kafka's own rebalance later would.
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
-        partitions = [TopicPartition("__consumer_offsets", p) for p in offsets_layout()]
-        # Refused for partitions whose preferred replica leads already or lags: fine. (No
-        # request_timeout: confluent-kafka 2.16's binding fails on that keyword, SystemError.)
-        with contextlib.suppress(KafkaException, TimeoutError):
-            admin.elect_leaders(ElectionType.PREFERRED, partitions).result(timeout=30)
-        deadline = time.monotonic() + 20
-        while not usable() and time.monotonic() < deadline:
-            time.sleep(0.5)
+        # Every partition is led by a broker the test pauses or has both among its replicas
+        # (then its ISR falls under min ISR during the pause: the group can neither commit nor
+        # rejoin, and its members are expired). Move one partition's replicas to brokers the
+        # test leaves alone, as an operator would with kafka-reassign-partitions.
+        moved = min(offsets_layout())
+        with warnings.catch_warnings():
+            # kafka-python (the Python client with AlterPartitionReassignments) loads its
+            # schemas with importlib.resources.read_text (deprecated); its sockets are closed.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from kafka.admin import KafkaAdminClient
+            from kafka.structs import TopicPartition as KafkaTopicPartition
+
+            admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+            try:
+                refused = admin.alter_partition_reassignments(
+                    {KafkaTopicPartition("__consumer_offsets", moved): SPARED[:3]}
+                )
+            finally:
+                admin.close()
+        assert not any(refused.values()), f"reassignment refused: {refused}"
+        wait_for(lambda: moved in usable() and whole(cluster, "__consumer_offsets"), 60, "move")
     layout = offsets_layout()
-    # Best: a coordinator that stays up and keeps min ISR; else one that stays up; else any
-    # (the group then waits for its coordinator to move, as it would on any cluster).
-    good = set(usable()) or {p for p, v in layout.items() if v.leader not in FAULTY} or set(layout)
+    good = set(usable())
     for _ in range(100_000):
         group = f"{prefix}-{uuid.uuid4().hex[:8]}"
         partition = _java_abs(_java_hash(group)) % len(layout)
