@@ -10,7 +10,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from prometheus_client.registry import CollectorRegistry
 
 from failover_partitioner._message import DeliveryReport
@@ -201,3 +207,26 @@ def default_producer(
         conf, max_in_flight=max_in_flight + 1024, metrics_registry=registry
     )
     return producer
+
+
+def produce_consumed(
+    producer: ProducerLike,
+    target: str,
+    msg: Message,
+    headers: Any,
+    callback: object,  # a DeliveryCallback, or a Span (which is one)
+    ts_type: int,
+    ts: int,
+    *partition: int,
+) -> None:
+    """Produce the consumed ``msg`` to ``target`` with its key, value and CreateTime (``ts``,
+    when ``ts_type`` has one) and ``headers``; ``partition``: a PlacingProducer's preference."""
+    producer.produce(
+        target,
+        msg.value(),
+        msg.key(),
+        headers,
+        callback,  # type: ignore[arg-type]  # see the parameter
+        ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+        *partition,
+    )

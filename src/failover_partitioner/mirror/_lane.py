@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from failover_partitioner._config import client_settings, companion_conf
 from failover_partitioner.errors import ProduceTimeout, classify
 
-from ._clients import Clients, DeliveryCallback, LaneProducer, build
+from ._clients import Clients, DeliveryCallback, LaneProducer, build, produce_consumed
 from ._commits import Span
 from ._config import MirrorOptions
 from ._failures import Failures
@@ -294,14 +294,7 @@ class LaneControl:
         rerouted = self._counters.rerouted
         rerouted[tracker.topic] = rerouted.get(tracker.topic, 0) + 1
         try:
-            producer.produce(
-                target,
-                msg.value(),
-                msg.key(),
-                headers,
-                span,
-                ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
-            )
+            produce_consumed(producer, target, msg, headers, span, ts_type, ts)
         except (BufferError, ProduceTimeout):
             if not self._when_room(target, msg, headers, span, ts_type, ts):
                 # Stopping before the producer took it: not delivered, so never committed.

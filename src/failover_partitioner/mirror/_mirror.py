@@ -66,6 +66,7 @@ from ._clients import (
     default_lane,
     default_producer,
     describe,
+    produce_consumed,
 )
 from ._commits import CommitLedger, Span
 from ._committer import Committer
@@ -489,15 +490,7 @@ class Mirror:
             producer.poll(0.1)
             failures.handle()
             try:
-                producer.produce(
-                    target,
-                    msg.value(),
-                    msg.key(),
-                    headers,
-                    callback,
-                    ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
-                    *extra,
-                )
+                produce_consumed(producer, target, msg, headers, callback, ts_type, ts, *extra)
                 return True
             except (BufferError, ProduceTimeout):
                 continue
