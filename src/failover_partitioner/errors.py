@@ -6,9 +6,13 @@ codes are Kafka's own (``Errors.java``); negative codes are librdkafka's local e
 confluent-kafka reports with the same numbers. An adapter for another client maps its errors to
 these codes before asking.
 
-The table follows librdkafka's own action table (``rdkafka_request.c``): NOT_ENOUGH_REPLICAS (19)
-is refused before the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND (20), request timeouts and
-transport errors may have been written, so producing the message again elsewhere can duplicate it.
+The table follows librdkafka's own action table (``rdkafka_request.c``) with one exception:
+NOT_ENOUGH_REPLICAS (19) is refused before the append; NOT_ENOUGH_REPLICAS_AFTER_APPEND (20),
+request timeouts and transport errors may have been written, so producing the message again
+elsewhere can duplicate it. librdkafka reads NOT_LEADER_OR_FOLLOWER (6) as "not written", but a
+leader that loses the partition while it holds an appended acks=all write answers it with 6 (and
+KAFKA_STORAGE_ERROR, 56, when its log directory fails meanwhile), and the new leader may hold a
+copy: here both count as possibly written (tests/kafka/test_kafka_min_isr.py shows it).
 """
 
 from __future__ import annotations
@@ -172,14 +176,6 @@ _TABLE: dict[int, ErrorClass] = {
             refresh=True,
         ),
         _c(
-            6,
-            "NOT_LEADER_OR_FOLLOWER",
-            retriable=True,
-            persisted=False,
-            quarantine=True,
-            refresh=True,
-        ),
-        _c(
             5,
             "LEADER_NOT_AVAILABLE",
             retriable=True,
@@ -198,14 +194,6 @@ _TABLE: dict[int, ErrorClass] = {
         _c(
             75,
             "UNKNOWN_LEADER_EPOCH",
-            retriable=True,
-            persisted=False,
-            quarantine=True,
-            refresh=True,
-        ),
-        _c(
-            56,
-            "KAFKA_STORAGE_ERROR",
             retriable=True,
             persisted=False,
             quarantine=True,
@@ -251,6 +239,20 @@ _TABLE: dict[int, ErrorClass] = {
             -166, "_TIMED_OUT_QUEUE", retriable=True, persisted=False, quarantine=True, refresh=True
         ),
         # Written, or perhaps written: a new attempt elsewhere may duplicate it.
+        # NOT_LEADER_OR_FOLLOWER and KAFKA_STORAGE_ERROR also answer a write the leader had
+        # appended and was holding for acks=all when it lost the partition (Kafka's
+        # DelayedProduce); a follower may have copied it, and the new leader keeps it.
+        _c(
+            6,
+            "NOT_LEADER_OR_FOLLOWER",
+            retriable=True,
+            persisted=True,
+            quarantine=True,
+            refresh=True,
+        ),
+        _c(
+            56, "KAFKA_STORAGE_ERROR", retriable=True, persisted=True, quarantine=True, refresh=True
+        ),
         _c(
             20,
             "NOT_ENOUGH_REPLICAS_AFTER_APPEND",

@@ -26,6 +26,7 @@ from failover_partitioner.aio import AsyncFailoverProducer
 from tests.kafka.support import (
     FAULTY,
     PARTITIONS,
+    copies,
     degraded,
     new_topic,
     produce_steadily,
@@ -97,10 +98,13 @@ def check_consumed(
     missing = sent - set(values)
     assert not missing, f"{len(missing)} messages not consumed back, e.g. {sorted(missing)[:5]}"
     assert set(values) == sent  # nothing foreign
-    duplicates = len(records) - len(values)
-    # A copy comes only from an attempt that failed ambiguously (may have been written), counted.
-    assert duplicates <= stats.ambiguous_failures, (duplicates, stats)
-    assert sum(1 for n in values.values() if n > 1) <= stats.possible_duplicates
+    # A copy in another partition comes only from an attempt that failed ambiguously (may have
+    # been written), counted; one in the same partition may also be the client's own resend
+    # after a leader move, which nothing reports (support.copies).
+    elsewhere, alongside, moved = copies(records)
+    print(f"copies: {elsewhere} in another partition, {alongside} in the same one")
+    assert elsewhere <= stats.ambiguous_failures, (elsewhere, alongside, stats)
+    assert moved <= stats.possible_duplicates, (moved, stats)
     if with_ids:  # a duplicate is the same message sent again, never a second one
         ids: dict[bytes, set[bytes]] = {}
         for m in records:

@@ -13,16 +13,18 @@ minimum (KIP-966), so the write is never acknowledged.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
 
 from failover_partitioner import FailoverProducer
 from failover_partitioner.errors import classify
 from tests.integration.test_minibroker_protocol import Wire
-from tests.kafka.support import FAULTY, degraded, new_topic, wait_for
+from tests.kafka.support import FAULTY, degraded, new_topic, read_back, wait_for
 from tests.realkafka.cluster import KafkaCluster
 
 
@@ -169,3 +171,121 @@ def test_error_19_at_once_and_7_not_20_for_a_write_held_when_the_isr_shrank(
     assert policy.retriable
     assert not policy.possibly_persisted
     assert time.monotonic() - began < 5.0
+
+
+def preferred_leader_ahead(cluster: KafkaCluster, prefix: str) -> str:
+    """A topic of one partition on brokers 1, 2, 3, led by broker 1 with broker 2 its preferred
+    leader: a preferred-leader election moves it to broker 2 when asked, not before."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, assignment=[[1, 2, 3]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kafka.structs import TopicPartition as KafkaTopicPartition
+
+        from kafka import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        refused = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): [2, 1, 3]})
+    finally:
+        admin.close()
+    assert not any(refused.values()), f"reassignment refused: {refused}"
+    wait_for(
+        lambda: [(v.leader, v.replicas) for v in cluster.describe(topic)] == [(1, (2, 1, 3))],
+        30,
+        "replicas reordered to 2, 1, 3 with broker 1 still leading",
+        lambda: cluster.describe(topic),
+    )
+    return topic
+
+
+def move_leader_while_a_write_is_held(
+    cluster: KafkaCluster, topic: str, send: Callable[[], None]
+) -> None:
+    """Broker 3 hangs, then ``send`` starts one acks=all write: broker 1 appends it, broker 2
+    copies it at once, and broker 1 holds the answer for broker 3 (up to
+    replica.lag.time.max.ms, 3 s, before it would shrink the ISR to 1, 2 and acknowledge).
+    Within that time the partition moves to broker 2."""
+    cluster.pause(3)
+    send()
+    time.sleep(0.3)
+    electing = cluster.admin()  # kept: the election's answer comes through this client
+    result = electing.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(
+        timeout=10
+    )
+    assert all(err is None for err in result.values()), result
+
+
+def test_error_6_can_answer_a_write_that_was_appended_and_kept(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    """NOT_LEADER_OR_FOLLOWER is not "never written": a leader that loses the partition while
+    it holds an appended acks=all write answers it with error 6, and the new leader, which
+    had copied it, keeps it. Sending it again elsewhere can duplicate it, so the failover
+    producers count such an attempt as a possible duplicate (librdkafka's table reads 6 as
+    "not persisted"). kafka-python with retries=0 shows the broker's answer as it is."""
+    cluster = kafka_cluster
+    topic = preferred_leader_ahead(cluster, "leader-moves")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from kafka.errors import NotLeaderForPartitionError
+
+        from kafka import KafkaProducer
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        acks="all",
+        retries=0,
+        enable_idempotence=False,
+        request_timeout_ms=20_000,
+    )
+    try:
+        producer.partitions_for(topic)  # connected and placed before the clock starts
+        futures = []
+        move_leader_while_a_write_is_held(
+            cluster, topic, lambda: futures.append(producer.send(topic, b"held", partition=0))
+        )
+        with pytest.raises(NotLeaderForPartitionError):
+            futures[0].get(timeout=30)
+    finally:
+        producer.close(5)
+    cluster.heal()
+    values = [m.value() for m in read_back(cluster.bootstrap_servers, topic, partitions=1)]
+    assert values == [b"held"], "the write answered with error 6 is not in the log"
+    policy = classify(NotLeaderForPartitionError.errno)
+    assert policy.retriable
+    assert policy.possibly_persisted
+
+
+def test_librdkafka_sends_a_write_answered_with_error_6_again_itself(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    """The same answer to librdkafka (confluent-kafka): it does not report error 6 but sends
+    the write again to the new leader, without spending a retry (so even with retries=0), and
+    reports it delivered: the partition holds it twice and no error said so. Such a copy is
+    in the message's own partition and the failover producer cannot count it
+    (docs/guarantees.md); enable.idempotence would let the broker drop it."""
+    cluster = kafka_cluster
+    topic = preferred_leader_ahead(cluster, "leader-moves-rdkafka")
+    outcome: list[KafkaError | None] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": "all",
+            "retries": 0,
+            "enable.idempotence": False,
+            "request.timeout.ms": 20_000,
+            "log_level": 0,
+        }
+    )
+    producer.list_topics(topic, timeout=10)
+    move_leader_while_a_write_is_held(
+        cluster,
+        topic,
+        lambda: producer.produce(
+            topic, b"held", partition=0, on_delivery=lambda err, _m: outcome.append(err)
+        ),
+    )
+    producer.flush(30)
+    assert outcome == [None], outcome
+    cluster.heal()
+    values = [m.value() for m in read_back(cluster.bootstrap_servers, topic, partitions=1)]
+    assert values == [b"held", b"held"], values

@@ -133,7 +133,7 @@ def test_min_isr_option_forms() -> None:
     [
         (ak.NotEnoughReplicasError(), True, False, True),
         (ak.NotEnoughReplicasAfterAppendError(), True, True, True),
-        (ak.NotLeaderForPartitionError(), True, False, True),
+        (ak.NotLeaderForPartitionError(), True, True, True),
         (ak.LeaderNotAvailableError(), True, False, True),
         (ak.RequestTimedOutError(), True, True, True),
         (ak.KafkaConnectionError("reset"), True, True, True),

@@ -33,7 +33,17 @@ def test_leadership_errors_quarantine_and_refresh_metadata(code: int) -> None:
     assert e.retriable
     assert e.quarantine
     assert e.refresh_metadata
-    assert not e.possibly_persisted
+
+
+def test_no_leader_yet_is_before_any_append() -> None:
+    assert not classify(5).possibly_persisted
+
+
+@pytest.mark.parametrize("code", [6, 56])
+def test_a_leader_that_lost_the_partition_may_have_appended(code: int) -> None:
+    # A leader holding an appended acks=all write answers it so when the partition moves away
+    # (or its log directory fails); the new leader may keep the write.
+    assert classify(code).possibly_persisted
 
 
 @pytest.mark.parametrize("code", [7, -192, -185, -195, 13])
