@@ -160,7 +160,7 @@ def test_an_unclosed_failover_producer_warns(cluster: Cluster) -> None:
 FAILURES = [
     pytest.param(19, True, True, True, False, False, id="NOT_ENOUGH_REPLICAS"),
     pytest.param(20, True, True, True, False, True, id="NOT_ENOUGH_REPLICAS_AFTER_APPEND"),
-    pytest.param(6, True, True, True, False, False, id="NOT_LEADER_OR_FOLLOWER"),
+    pytest.param(6, True, True, True, False, True, id="NOT_LEADER_OR_FOLLOWER"),
     pytest.param(7, True, True, True, False, True, id="REQUEST_TIMED_OUT"),
     pytest.param(3, True, True, True, False, False, id="UNKNOWN_TOPIC_OR_PART"),
     pytest.param(10, False, False, True, True, False, id="MSG_SIZE_TOO_LARGE"),
