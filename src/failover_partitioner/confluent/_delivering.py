@@ -1,0 +1,182 @@
+"""The delivery side of :class:`FailoverProducer` (inside confluent-kafka's poll/flush, or the
+metadata thread): a failed message gets its record, the core's verdict and its partition's
+quarantine; a final failure reaches the callback or the dead-letter hook; a metadata answer
+reaches the core."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import confluent_kafka
+
+from failover_partitioner._message import Headers
+from failover_partitioner.confluent._clients import Clients
+from failover_partitioner.confluent._shared import (
+    _LOCAL_UNKNOWN,
+    _REFUSAL_MEMORY_S,
+    DeliveryCallback,
+    _Fresh,
+    _kafka_error,
+    _Record,
+)
+from failover_partitioner.errors import REFUSED_RIGHTS, ErrorClass, classify
+from failover_partitioner.health import TopicMetadata
+from retry_buffer import Entry
+
+logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
+
+
+class Delivering(Clients):
+    """What a delivery report, a failure or a metadata answer does."""
+
+    def _report_to(self, cb: DeliveryCallback, err: Any, msg: Any) -> None:
+        """The delivery callback of batched messages with a callback ``cb``: their record is
+        made here, from the report (they had no key, headers or timestamp), not when sent."""
+        if err is not None:
+            self._failed_without_record(cb, err, msg)
+            return
+        rec = self._record_cls()
+        rec._cb = cb
+        rec._entry = None
+        rec._attempts = 1
+        rec._m = (msg.topic(), msg.value(), None, None, None)
+        rec._msg = msg
+        next(self._c_out)
+        cb(None, rec)
+
+    def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:
+        """``_report`` for a message with a timestamp, which a failure report lacks."""
+        if err is None:
+            next(self._c_out)
+            return
+        self._failed_without_record(None, err, msg, headers, timestamp)
+
+    def _failed_without_record(
+        self,
+        cb: DeliveryCallback | None,
+        err: Any,
+        msg: Any,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Rebuild a message sent without a record from the client's report (a failure report
+        has no headers and no timestamp: the caller kept those it had), and treat its failure
+        as a record's."""
+        rec = self._record_cls()
+        if timestamp is None:
+            ts_type, ts = msg.timestamp()
+            if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME:
+                timestamp = ts
+        rec._m = (msg.topic(), msg.value(), msg.key(), headers, timestamp)
+        rec._cb = cb
+        rec._entry = None
+        partition = msg.partition()  # None for a message purged before it had one
+        rec._partition = -1 if partition is None else partition
+        rec._attempts = 1
+        self._on_failure(rec, err, msg)
+
+    def _fresh_failed(self, fresh: _Fresh, err: Any, msg: Any) -> None:
+        """A message of the healthy path failed: it gets a full record and the usual path."""
+        rec = self._record_cls()
+        rec._m = fresh._m
+        rec._cb = fresh._cb
+        rec._entry = None
+        partition = msg.partition() if msg is not None else None
+        rec._partition = -1 if partition is None else partition
+        rec._attempts = 1
+        self._on_failure(rec, err, msg)
+
+    def _on_failure(self, rec: _Record, err: Any, msg: Any) -> None:
+        code = err.code()
+        if code in REFUSED_RIGHTS:
+            self._refusals[rec._m[0]] = (time.monotonic(), err)
+        elif code in _LOCAL_UNKNOWN:
+            refused = self._refusals.get(rec._m[0])
+            if refused is not None and time.monotonic() - refused[0] < _REFUSAL_MEMORY_S:
+                err = refused[1]
+                code = err.code()
+        ec = classify(code, err.name())
+        partition = msg.partition() if msg is not None else rec._partition
+        if partition is None or partition < 0:
+            partition = rec._partition
+        self._heed(rec._m[0], partition, ec)
+        if rec._m[4] is None and msg is not None:
+            # Keep the first attempt's CreateTime on every later attempt.
+            ts_type, ts = msg.timestamp()
+            if ts_type == confluent_kafka.TIMESTAMP_CREATE_TIME:
+                rec._m = (*rec._m[:4], ts)
+        # librdkafka's reports do not say the batch's size (None).
+        verdict = self._core.failed(
+            self._admit(rec), err, ec, fatal=err.fatal(), alone=getattr(rec, "_solo", False)
+        )
+        if verdict.alone:
+            rec._solo = True
+        if verdict.possibly_persisted:
+            rec._dup = True
+        if verdict.queued:
+            self._attention_at = 0.0
+            self._leave_whole()
+
+    def _heed(self, topic: str, partition: int, ec: ErrorClass) -> None:
+        """Do what the core makes of a failure's partition: watch the topic closely once it is
+        quarantined (and leave the healthy path), look at the metadata again."""
+        heed = self._core.heed(topic, partition, ec)
+        if heed.quarantined:
+            self._meta.set_fast(topic, True)
+            self._attention_at = 0.0
+            self._leave_whole()
+        if heed.refresh:
+            self._meta.request_refresh(topic)
+
+    def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
+        rec = entry.item
+        self._final_failures += 1
+        kerr = _kafka_error(error)
+        rec._error = kerr
+        if entry.possibly_duplicated:
+            rec._dup = True
+        hook = self._dead_letter
+        if hook is not None:
+            try:
+                hook(rec.undelivered(), kerr)
+            except Exception:
+                logger.exception("dead_letter hook raised for a message to %s", rec._m[0])
+        cb = rec._cb
+        if cb is not None:
+            cb(kerr, rec)
+        elif hook is None:
+            logger.error(
+                "message to %s failed finally after %d attempt(s): %s",
+                rec._m[0],
+                rec._attempts,
+                kerr,
+            )
+
+    def _on_metadata(self, md: TopicMetadata) -> None:
+        topic = md.topic
+        change = self._core.metadata(md)
+        if change.new and self._bare_ok:
+            self._bare[topic] = self._choosers[topic]
+        if change.fast or not change.new:
+            self._meta.set_fast(topic, change.fast)
+        self._attention_at = 0.0
+        # The view may have changed: off the healthy path until _service looks again.
+        self._leave_whole()
+
+    def _admit(self, rec: _Record) -> Entry[_Record]:
+        """Give ``rec`` its retry-buffer entry (on its first failure or wait): it was counted
+        in flight already, held by the client or let in by has_room."""
+        entry: Entry[_Record] | None = rec._entry
+        if entry is None:
+            entry = rec._entry = self._buffer.adopt(rec)
+        return entry
+
+    def _wait(self, rec: _Record, why: int | BaseException) -> None:
+        """Put ``rec`` in the failed buffer without an attempt (nothing usable, queue full)."""
+        if self._core.hold(self._admit(rec), rec._m[0], why):
+            self._leave_whole()
+
+    def _fail_finally(self, rec: _Record, error: object) -> None:
+        self._core.end(self._admit(rec), error)

@@ -1,0 +1,281 @@
+"""What the parts of :class:`FailoverProducer` share: the records a message carries through
+confluent-kafka (each is its own delivery callback), the callbacks of messages sent without
+one, and the paths' constants and small helpers."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import operator
+import types
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import confluent_kafka
+from confluent_kafka import KafkaError
+
+from failover_partitioner._message import (
+    DeliveryGroup,
+    DeliveryReport,
+    Headers,
+    UndeliveredMessage,
+)
+from failover_partitioner.errors import NoUsablePartition
+
+if TYPE_CHECKING:
+    from failover_partitioner.confluent._delivering import Delivering
+
+
+DeliveryCallback = Callable[[Any, DeliveryReport], None]
+"""``cb(err, report)``: ``err`` is None or a ``confluent_kafka.KafkaError``."""
+
+DeadLetterHook = Callable[[UndeliveredMessage, Any], None]
+"""``hook(message, err)``: called once for each message that failed finally."""
+
+_names = itertools.count(1)
+
+# Once a broker refused a topic for lack of rights, librdkafka marks the topic failed until its
+# next metadata and fails the messages it still holds for it as _UNKNOWN_PARTITION or
+# _UNKNOWN_TOPIC. Within this many seconds of a refusal those are the refusal, ended as one.
+_REFUSAL_MEMORY_S = 10.0
+_LOCAL_UNKNOWN = frozenset({-190, -188})
+
+# librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
+_ANY_PARTITION = -1
+
+# produce()'s healthy path: what _whole gives for a topic that is not on it.
+_NOT_WHOLE: Any = object()
+
+# produce_batch: the keys a message dict may have, and the keys of one the client takes as is.
+_BATCH_KEYS = frozenset({"value", "key", "headers", "timestamp"})
+_VALUE = operator.itemgetter("value")
+_drain = collections.deque  # deque(iterator, maxlen=0) consumes it in C
+_partial = functools.partial
+
+
+def _value_only(chunk: list[Any]) -> bool:
+    """True when every item of ``chunk`` is a mapping whose only key is ``"value"``."""
+    # Two passes in C, allocating nothing: every item has "value" (else KeyError/TypeError),
+    # and the sizes add up to one key each.
+    try:
+        if sum(map(len, chunk)) != len(chunk):
+            return False
+        _drain(map(_VALUE, chunk), maxlen=0)
+    except (TypeError, KeyError):
+        return False
+    return True
+
+
+# librdkafka's largest queue.buffering.max.messages.
+_QUEUE_MAX = 2_147_483_647
+
+
+def _queue_bound(given: object, limit: int) -> object:
+    """The client's queue bound: the user's, or the in-flight limit where that is lower."""
+    try:
+        return min(int(float(str(given))), limit)
+    except ValueError:
+        return given  # the client refuses it, naming the setting
+
+
+def _report_for(
+    count: Callable[[], int], failed: Callable[[None, Any, Any], None]
+) -> Callable[[Any, Any], None]:
+    """The delivery callback of messages produced without a record: a delivery is counted, a
+    failure rebuilt from the report (``failed``). A closure, called once per message: its
+    cells are cheaper to read than a bound method's attributes."""
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            count()
+        else:
+            failed(None, err, msg)
+
+    return report
+
+
+# The callbacks the healthy path takes without a look further (callable, not a DeliveryGroup).
+_PLAIN_CALLBACKS = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType})
+
+
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method``, held weakly (a call does nothing once its producer is gone): a thread or a
+    client holding the result does not keep the producer alive, so an unclosed one is
+    collected, and warned of."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
+
+
+def _count_value(counter: itertools.count[int]) -> int:
+    """How many numbers ``counter`` (started at 1) has handed out, without taking one."""
+    # repr is 'count(N)': N is the next number. Exact even when stores of next()'s results by
+    # racing threads landed out of order.
+    return int(repr(counter)[6:-1]) - 1
+
+
+class _Record(DeliveryReport):
+    """A message's record; calling it is the delivery callback confluent-kafka invokes."""
+
+    __slots__ = ()
+
+    # Set per producer on a subclass made in FailoverProducer.__init__, so that a record needs
+    # no reference of its own (bound methods are not re-bound when read through an instance).
+    # Typed Any: mypy would read callables stored on a class as methods taking self.
+    _c_out: ClassVar[Any]
+    _delivered: ClassVar[Any]
+    _failure: ClassVar[Any]
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            entry = self._entry
+            if entry is not None:
+                self._delivered(entry)
+            next(self._c_out)
+            cb = self._cb
+            if cb is not None:
+                self._msg = msg
+                cb(None, self)
+        else:
+            self._failure(self, err, msg)
+
+
+class _Fresh(DeliveryReport):
+    """The record of a message sent on the healthy path with a callback: the message and the
+    callback only (``_m``, ``_cb``); a delivery's partition, offset and time come from the
+    client's report. A failure turns it into a full record that takes the usual path."""
+
+    __slots__ = ()
+
+    # Set per producer on a subclass, as _Record's are.
+    _c_out: ClassVar[Any]
+    _failed: ClassVar[Any]
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            next(self._c_out)
+            self._msg = msg
+            self._cb(None, self)
+        else:
+            self._failed(self, err, msg)
+
+    def attempts(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return (
+            f"DeliveryReport(topic={self._m[0]!r}, partition={self.partition()}, "
+            f"offset={self.offset()}, attempts=1, error=None)"
+        )
+
+
+class _GroupReport:
+    """The client's callback for the messages of one :class:`DeliveryGroup`: a delivery counts
+    the message out and tells the group; a failure rebuilds the message from the report.
+
+    Failure reports carry no headers and no timestamp: a message with either is given to the
+    client as ``partial(report.keeping, headers, timestamp)`` (made in C, no Python frame when
+    called)."""
+
+    __slots__ = ("_c_out", "_delivered", "_group", "keeping", "producer")
+
+    def __init__(self, producer: Delivering, group: DeliveryGroup) -> None:
+        self.producer = producer
+        self._group = group
+        self._c_out = producer._c_out
+        self._delivered = group.delivered
+        self.keeping = self._keeping  # bound once
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            next(self._c_out)
+            self._delivered()
+        else:
+            self.producer._failed_without_record(self._group, err, msg)
+
+    def _keeping(self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any) -> None:
+        if err is None:
+            next(self._c_out)
+            self._delivered()
+        else:
+            self.producer._failed_without_record(self._group, err, msg, headers, timestamp)
+
+
+def _kafka_error(error: object) -> Any:
+    """The error a user callback gets: always a ``confluent_kafka.KafkaError``."""
+    if isinstance(error, KafkaError):
+        return error
+    if isinstance(error, confluent_kafka.KafkaException) and error.args:
+        inner = error.args[0]
+        if isinstance(inner, KafkaError):
+            return inner
+    if isinstance(error, NoUsablePartition):
+        return KafkaError(KafkaError._MSG_TIMED_OUT, str(error))
+    if isinstance(error, BufferError):
+        return KafkaError(KafkaError._QUEUE_FULL, str(error) or "local queue full")
+    return KafkaError(KafkaError._FAIL, repr(error))
+
+
+def _normalise_headers(headers: object, topic: str) -> Headers | None:
+    if headers is None:
+        return None
+    if isinstance(headers, Mapping):
+        return [(str(k), v) for k, v in headers.items()]
+    if isinstance(headers, (list, tuple)):
+        out: Headers = []
+        for h in headers:
+            if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)):
+                raise TypeError(
+                    f"headers for topic {topic!r} must be a dict or a list of (str, value) "
+                    f"pairs; got the item {h!r}"
+                )
+            out.append(h)
+        return out
+    raise TypeError(
+        f"headers for topic {topic!r} must be a dict or a list of (str, value) pairs, "
+        f"got {type(headers).__name__}"
+    )
+
+
+def _refusal_text(exc: confluent_kafka.KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)
+
+
+def _check_header_items(headers: Headers, topic: str, refusal: TypeError) -> None:
+    """Raise a clear error naming the pair the client refused (``refusal``), if one is bad."""
+    _normalise_headers(headers, topic)
+    for h in headers:
+        if h[1] is not None and not isinstance(h[1], (str, bytes)):
+            raise TypeError(
+                f"headers for topic {topic!r} must have str, bytes or None values; "
+                f"got the item {h!r}"
+            ) from refusal
+
+
+class _ErrorsOnly:
+    """``delivery.report.only.error``: the user's callback sees failures only."""
+
+    __slots__ = ("_cb",)
+
+    def __init__(self, cb: DeliveryCallback) -> None:
+        self._cb = cb
+
+    def __call__(self, err: Any, report: DeliveryReport) -> None:
+        if err is not None:
+            self._cb(err, report)
+
+
+def _key_bytes(key: object) -> bytes:
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError(f"key must be bytes, str or None, got {type(key).__name__}")

@@ -1,0 +1,106 @@
+"""The state of a :class:`FailoverProducer` and the switch of its healthy path."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import confluent_kafka
+
+from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner.choose import PartitionChooser
+from failover_partitioner.confluent._shared import DeadLetterHook, _Fresh, _Record
+from failover_partitioner.core import FailoverCore
+from failover_partitioner.metadata import MetadataRefresher
+from failover_partitioner.metadata.confluent import ConfluentMetadataSource
+from failover_partitioner.metrics import ProducerMetrics
+from retry_buffer import Entry, RetryBuffer
+
+
+class ProducerState:
+    """What a :class:`FailoverProducer` holds, set up in its ``__init__`` and shared by its parts.
+
+    The producer is built in layers, each a base class of the next and each calling only
+    those below it: this state; :class:`Clients` (the confluent-kafka clients);
+    :class:`Delivering` (what a report or a metadata answer does); :class:`Producing`
+    (``produce`` and the paths of one message); :class:`Batching` (``produce_batch``);
+    :class:`FailoverProducer` (setup, ``poll``/``flush``/``close``, views). One object keeps
+    the healthy path to attribute reads on ``self``.
+    """
+
+    # Settings (FailoverProducer._setup_accounting).
+    _name: str
+    _limit: int
+    _produce_timeout_s: float
+    _default_cb: Callable[[Any, Any], None] | None
+    _only_errors: bool
+    _message_id_header: str | None
+    _id_prefix: bytes
+    _ids: itertools.count[int]
+    _dead_letter: DeadLetterHook | None
+    _count_bytes: bool
+    # Accounting: deliveries counted out, final failures, messages handed back at close; the
+    # retry buffer, which counts what is in flight and holds the failed; the record classes
+    # bound to them.
+    _c_out: itertools.count[int]
+    _final_failures: int
+    _returned: int
+    _buffer: RetryBuffer[_Record]
+    _record_cls: type[_Record]
+    _fresh_cls: type[_Fresh]
+    # The clients (FailoverProducer._make_client) and the calls into them.
+    _client: confluent_kafka.Producer
+    _client_conf: dict[str, Any]
+    _solo_client: Any
+    _queue_cap: int
+    _auth_error: str | None
+    _refusals: dict[str, tuple[float, Any]]
+    _user_error_cb: Any
+    _report_cb: Callable[[Any, Any], None]
+    _produce_raw: Any
+    _produce_batch_raw: Any
+    _local: threading.local
+    # The paths (FailoverProducer._setup_paths): see its comments.
+    _batch_step: int
+    _plain: bool
+    _simple: bool
+    _bare: dict[str, PartitionChooser]
+    _bare_ok: bool
+    _whole: dict[str, Iterator[int] | None]
+    _placed: set[str]
+    _whole_lock: threading.Lock
+    _client_keyed: bool
+    _core: FailoverCore[Entry[_Record]]
+    _choosers: dict[str, PartitionChooser]
+    _topics_lock: threading.Lock
+    _watched: set[str]
+    _closed: bool
+    _unsure: int
+    _undelivered: list[UndeliveredMessage] | None
+    _attention: bool
+    _attention_at: float
+    # The services (FailoverProducer._start_services).
+    _source: ConfluentMetadataSource
+    _meta: MetadataRefresher
+    _metrics: ProducerMetrics
+    _opened: bool
+
+    def _leave_whole(self) -> None:
+        """Something waits, or a view changed: every message takes the failover path until
+        ``_service`` finds nothing waiting (``_reopen_whole``)."""
+        with self._whole_lock:
+            self._attention = True
+            self._placed.clear()
+            self._whole.clear()
+
+    def _reopen_whole(self) -> None:
+        """Nothing waits: whole topics take the healthy path again."""
+        with self._whole_lock:
+            if self._attention or self._closed or not self._bare_ok:
+                return
+            whole = self._core.healthy_path(self._buffer.failed_depth)
+            self._whole.update(whole)
+            if self._client_keyed and self._default_cb is None:
+                self._placed.update(t for t, rotation in whole.items() if rotation is None)
