@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -74,7 +75,6 @@ def broker_entries(cluster: ClusterRuntime, id_key: str) -> list[dict[str, Any]]
 
 def handle_metadata(ctx: RequestContext, request: Any) -> None:
     cluster = ctx.cluster
-    controller = cluster.controller
     version = ctx.api_version
     requested = request.topics
     if (
@@ -97,68 +97,16 @@ def handle_metadata(ctx: RequestContext, request: Any) -> None:
     if body is not None:
         ctx.respond_frame(frame_with_body(cls, ctx.correlation_id, body))
         return
-    errors: dict[str, tuple[ErrorCode, str]] = {}
-    if names is not None:
-        auto_create = allow_auto and cluster.settings.get_bool("auto.create.topics.enable")
-        for name in names:
-            if not isinstance(name, str) or name in controller.topics:
-                continue
-            if not auto_create:
-                errors[name] = (ErrorCode.unknown_topic_or_partition, "unknown topic")
-                continue
-            try:
-                controller.create_topic(name, -1, -1, None, cluster.now())
-            except TopicError as exc:
-                errors[name] = (ErrorCode(exc.error_code), str(exc))
-    topic_names = list(controller.topics) if names is None else names
-    topics: list[dict[str, Any]] = []
-    for name in topic_names:
-        if not isinstance(name, str):
-            topics.append(
-                {
-                    "error_code": ErrorCode.unknown_topic_id,
-                    "name": None,
-                    "topic_id": name,
-                    "partitions": [],
-                }
-            )
-            continue
-        topic = controller.topics.get(name)
-        if topic is None:
-            error = errors.get(name, (ErrorCode.unknown_topic_or_partition, ""))[0]
-            topics.append({"error_code": error, "name": name, "topic_id": None, "partitions": []})
-            continue
-        partitions = []
-        for p in topic.partitions:
-            partitions.append(
-                {
-                    "error_code": 0 if p.leader >= 0 else ErrorCode.leader_not_available,
-                    "partition_index": p.index,
-                    "leader_id": p.leader,
-                    "leader_epoch": p.leader_epoch,
-                    "replica_nodes": p.replicas,
-                    "isr_nodes": p.isr,
-                    "offline_replicas": [r for r in p.replicas if controller.is_fenced(r)],
-                }
-            )
-        topics.append(
-            {
-                "error_code": 0,
-                "name": name,
-                "topic_id": topic.topic_id,
-                "is_internal": False,
-                "partitions": partitions,
-                "topic_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
-            }
-        )
+    errors = {} if names is None else _create_missing_topics(cluster, names, allow_auto)
+    topic_names = list(cluster.controller.topics) if names is None else names
     entity = build(
         cls,
         {
             "throttle_time": 0,
             "brokers": broker_entries(cluster, "node_id"),
             "cluster_id": cluster.cluster_id,
-            "controller_id": controller.controller_id,
-            "topics": topics,
+            "controller_id": cluster.controller.controller_id,
+            "topics": [_metadata_topic(cluster, name, errors) for name in topic_names],
             "cluster_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
             "error_code": 0,
         },
@@ -167,6 +115,73 @@ def handle_metadata(ctx: RequestContext, request: Any) -> None:
     if not errors:
         cluster.cache_metadata(key, body)
     ctx.respond_frame(frame_with_body(cls, ctx.correlation_id, body))
+
+
+def _create_missing_topics(
+    cluster: ClusterRuntime, names: Iterable[str | uuid.UUID | None], allow_auto: bool
+) -> dict[str, tuple[ErrorCode, str]]:
+    """Create the requested topics that do not exist, if auto-creation is on for this request
+    and for the cluster; the error (code, message) of every named topic that still does not."""
+    controller = cluster.controller
+    auto_create = allow_auto and cluster.settings.get_bool("auto.create.topics.enable")
+    errors: dict[str, tuple[ErrorCode, str]] = {}
+    for name in names:
+        if not isinstance(name, str) or name in controller.topics:
+            continue
+        if not auto_create:
+            errors[name] = (ErrorCode.unknown_topic_or_partition, "unknown topic")
+            continue
+        try:
+            controller.create_topic(name, -1, -1, None, cluster.now())
+        except TopicError as exc:
+            errors[name] = (ErrorCode(exc.error_code), str(exc))
+    return errors
+
+
+def _metadata_topic(
+    cluster: ClusterRuntime,
+    name: str | uuid.UUID | None,
+    errors: Mapping[str, tuple[ErrorCode, str]],
+) -> dict[str, Any]:
+    """One topic of a Metadata response: ``name`` is a topic's name, or an id no topic has."""
+    if not isinstance(name, str):
+        return {
+            "error_code": ErrorCode.unknown_topic_id,
+            "name": None,
+            "topic_id": name,
+            "partitions": [],
+        }
+    topic = cluster.controller.topics.get(name)
+    if topic is None:
+        error = errors.get(name, (ErrorCode.unknown_topic_or_partition, ""))[0]
+        return {"error_code": error, "name": name, "topic_id": None, "partitions": []}
+    return {
+        "error_code": 0,
+        "name": name,
+        "topic_id": topic.topic_id,
+        "is_internal": False,
+        "partitions": [
+            {
+                **_partition_entry(cluster, p),
+                "error_code": 0 if p.leader >= 0 else ErrorCode.leader_not_available,
+            }
+            for p in topic.partitions
+        ],
+        "topic_authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+def _partition_entry(cluster: ClusterRuntime, p: Partition) -> dict[str, Any]:
+    """A partition's leader, epoch and replicas, as Metadata and DescribeTopicPartitions
+    report them (without the error code, on which they differ)."""
+    return {
+        "partition_index": p.index,
+        "leader_id": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "replica_nodes": p.replicas,
+        "isr_nodes": p.isr,
+        "offline_replicas": [r for r in p.replicas if cluster.controller.is_fenced(r)],
+    }
 
 
 def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> None:
@@ -214,15 +229,10 @@ def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> None:
 
 def _described_partition(cluster: ClusterRuntime, p: Partition) -> dict[str, Any]:
     return {
+        **_partition_entry(cluster, p),
         "error_code": 0,
-        "partition_index": p.index,
-        "leader_id": p.leader,
-        "leader_epoch": p.leader_epoch,
-        "replica_nodes": p.replicas,
-        "isr_nodes": p.isr,
         "eligible_leader_replicas": p.elr,
         "last_known_elr": p.last_known_elr,
-        "offline_replicas": [r for r in p.replicas if cluster.controller.is_fenced(r)],
     }
 
 
