@@ -9,7 +9,7 @@ Theory of operation (DESIGN.md sections 1, 3 and 4; the asyncio twin of ``Failov
   to that partition's open batch. It never waits on the network: one task per partition hands
   closed batches to aiokafka (``send_batch``) one at a time, so a stalled partition cannot hold
   up ``send`` for the others.
-* The inner producer answers with the broker's first reply (``_aio_client``). A batch's
+* The inner producer answers with the broker's first reply (``_client``). A batch's
   done-callback only reports: delivered messages resolve their futures; failed ones are
   classified, their partition is quarantined at once when the error says so, and they wait in
   the failed buffer.
@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
-    KafkaConnectionError,
     MessageSizeTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -52,7 +51,7 @@ from failover_partitioner._config import (
     producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
-from failover_partitioner.aio import _client as _aio_client
+from failover_partitioner.aio._client import start_inner_producer
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
@@ -61,7 +60,6 @@ from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
 from failover_partitioner.errors import (
-    AuthenticationFailed,
     FailoverError,
     MetadataUnavailable,
     ProducerClosed,
@@ -277,19 +275,7 @@ class AsyncFailoverProducer:
                 "start() was already called on this AsyncFailoverProducer; create a new one"
             )
         loop = asyncio.get_running_loop()
-        inner, first_answer = _aio_client.make_inner_producer(self._settings.client_kwargs)
-        try:
-            await inner.start()
-        except BaseException as exc:
-            await inner.stop()
-            if isinstance(exc, KafkaConnectionError):
-                refusal = await _aio_client.login_refusal(self._settings.client_kwargs)
-                if refusal is not None:
-                    raise AuthenticationFailed(
-                        f"{self._name}: no broker could be reached: the cluster refused the "
-                        f"credentials ({refusal}); nothing was sent"
-                    ) from None
-            raise
+        inner, first_answer = await start_inner_producer(self._settings.client_kwargs, self._name)
         self._loop = loop
         self._inner = inner
         self._first_answer = first_answer
