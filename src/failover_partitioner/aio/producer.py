@@ -53,6 +53,7 @@ from failover_partitioner._config import (
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.aio._client import start_inner_producer
 from failover_partitioner.aio._errors import error_class
+from failover_partitioner.aio._inflow import admit_waiting
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
@@ -63,11 +64,10 @@ from failover_partitioner.errors import (
     FailoverError,
     MetadataUnavailable,
     ProducerClosed,
-    ProduceTimeout,
 )
 from failover_partitioner.health import TopicMetadata, TopicView
 from failover_partitioner.metrics import ProducerMetrics
-from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout
+from retry_buffer import AsyncRetryBuffer, Entry
 
 __all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]
 
@@ -344,8 +344,8 @@ class AsyncFailoverProducer:
             if self._state != _RUNNING:
                 raise self._not_running(topic)
         entry = self._buffer.try_admit(msg)
-        if entry is None:
-            entry = await self._admit_waiting(msg)
+        if entry is None:  # at the in-flight limit
+            entry = await admit_waiting(self._buffer, msg, self._produce_timeout_s, self._service)
         msg.entry = entry
         if self._message_id_header is not None:
             assert msg.headers is not None  # made a list in _message
@@ -394,30 +394,6 @@ class AsyncFailoverProducer:
             self._message_id_header is not None,
             self._loop.create_future(),
         )
-
-    async def _admit_waiting(self, msg: Message) -> Entry[Message]:
-        """At the in-flight limit: re-send due failed messages first, then wait for room."""
-        timeout = self._produce_timeout_s
-        deadline = time.monotonic() + timeout
-        buffer = self._buffer
-        while True:
-            self._service()
-            try:
-                entry = buffer.try_admit(msg)
-                if entry is not None:
-                    return entry
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ProduceTimeout(
-                        msg.undelivered(None), limit=buffer.limit, timeout_s=timeout
-                    )
-                due_in = buffer.next_due_in()
-                wait = remaining if due_in is None else min(remaining, max(due_in, 0.001))
-                return await buffer.admit(msg, timeout=wait)
-            except InflowTimeout:
-                continue
-            except BufferClosed:
-                raise ProducerClosed(f"send to {msg.topic!r}: the producer was stopped") from None
 
     def _dispatch(self, msg: Message) -> None:
         """Choose a partition and append ``msg`` to its open batch, or let it wait."""
