@@ -57,6 +57,7 @@ from failover_partitioner.aio._inflow import admit_waiting
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
+from failover_partitioner.aio._stopping import wind_down
 from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
@@ -558,39 +559,17 @@ class AsyncFailoverProducer:
         return await self.stop(timeout)
 
     async def _stop(self, timeout: float | None) -> list[UndeliveredMessage]:
-        await self._buffer.wait_idle(timeout)
-        lanes = self._lanes
-        assert lanes is not None
-        background: list[asyncio.Task[Any]] = [*lanes.tasks, *self._first_fetch.values()]
-        if self._retry_task is not None:
-            background.append(self._retry_task)
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        if self._meta is not None:
-            await self._meta.close()
-        # aiokafka answers every batch it holds before it stops (within request_timeout_ms).
-        try:
-            await self._inner.stop()
-        except Exception:
-            # What it still held is handed back below, marked as possibly delivered.
-            logger.exception("%s: the inner aiokafka producer failed to stop cleanly", self._name)
-        if lanes.handed_over:
-            # Their futures are resolved; the done-callbacks run on the next loop turns.
-            lanes.answered.clear()
-            await lanes.answered.wait(1.0)
-        left = self._buffer.close()
-        undelivered = []
-        for entry in left:
-            msg = entry.item
-            if entry.possibly_duplicated:
-                msg.dup = True
-            undelivered.append(msg.undelivered(entry.last_error))
-            if not msg.future.done():
-                msg.future.set_exception(
-                    ProducerClosed("stop() handed this message back undelivered")
-                )
-                msg.future.exception()  # the returned list is its outcome: no "never retrieved"
+        assert self._lanes is not None
+        retry_task = () if self._retry_task is None else (self._retry_task,)
+        undelivered = await wind_down(
+            buffer=self._buffer,
+            lanes=self._lanes,
+            tasks=itertools.chain(self._first_fetch.values(), retry_task),
+            meta=self._meta,
+            inner=self._inner,
+            name=self._name,
+            timeout=timeout,
+        )
         if self._metrics is not None:
             self._metrics.close()
         self._undelivered = undelivered
