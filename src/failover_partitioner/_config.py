@@ -377,15 +377,16 @@ def producer_options(
     Checked in the order written (the first bad value is the one reported): partition choice,
     the in-flight bound, retries, metadata timing, quarantine, then the producer's own.
     """
+    choice = choice_options(
+        strategy=strategy,
+        key_policy=key_policy,
+        headroom=headroom,
+        client_rack=client_rack,
+        sticky_messages=sticky_messages,
+        sticky_bytes=sticky_bytes,
+    )
     options = ProducerOptions(
-        choice=choice_options(
-            strategy=strategy,
-            key_policy=key_policy,
-            headroom=headroom,
-            client_rack=client_rack,
-            sticky_messages=sticky_messages,
-            sticky_bytes=sticky_bytes,
-        ),
+        choice=choice,
         max_in_flight=_in_flight_limit(max_in_flight),
         produce_timeout_s=check_positive_number(
             "produce_timeout_s", produce_timeout_s, allow_zero=True
