@@ -106,6 +106,28 @@ def _as_number(name: str, value: Any) -> float:
 
 def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
     """Validate ``conf`` and derive the inner client's config from a copy of it."""
+    _check_conf(conf)
+    cb = conf.get("on_delivery")
+    if cb is not None and not callable(cb):
+        raise ConfigError(f"conf['on_delivery'] must be callable(err, msg), got {cb!r}")
+    only_errors = conf.get("delivery.report.only.error", False)
+    if isinstance(only_errors, str):
+        only_errors = only_errors.strip().lower() in ("true", "1")
+    return ClientSettings(
+        client_conf=_inner_conf(conf),
+        default_on_delivery=cb,
+        report_only_errors=bool(only_errors),
+        warnings=(
+            *_timeout_warnings(conf),
+            *_socket_timeout_warnings(conf),
+            *_retries_warnings(conf),
+        ),
+    )
+
+
+def _check_conf(conf: Mapping[str, Any]) -> None:
+    """Refuse a ``conf`` the producer cannot work with: not a dict of named settings, no
+    cluster to reach, or a transactional one."""
     if not isinstance(conf, Mapping):
         raise ConfigError(
             f"conf must be a dict of confluent-kafka settings, got {type(conf).__name__}"
@@ -132,20 +154,20 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
             "conf sets 'transactional.id': transactions pin messages to partitions for "
             "exactly-once, which re-producing elsewhere cannot honour; use a plain Producer"
         )
-    cb = conf.get("on_delivery")
-    if cb is not None and not callable(cb):
-        raise ConfigError(f"conf['on_delivery'] must be callable(err, msg), got {cb!r}")
-    only_errors = conf.get("delivery.report.only.error", False)
-    if isinstance(only_errors, str):
-        only_errors = only_errors.strip().lower() in ("true", "1")
+
+
+def _inner_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``conf`` for the inner client: without the Python-only keys, with
+    :data:`CLIENT_DEFAULTS` where the user set no value (under any alias)."""
     client_conf = {k: v for k, v in conf.items() if k not in _PYTHON_ONLY}
-    found: list[str] = []
     for canonical, default in CLIENT_DEFAULTS.items():
-        user = _user_value(conf, canonical)
-        if user is None:
+        if _user_value(conf, canonical) is None:
             client_conf[canonical] = default
-        else:
-            found.append(canonical)
+    return client_conf
+
+
+def _timeout_warnings(conf: Mapping[str, Any]) -> list[str]:
+    """A delivery or request timeout of the user's that keeps a message from rerouting long."""
     warnings: list[str] = []
     for canonical in ("message.timeout.ms", "request.timeout.ms"):
         user = _user_value(conf, canonical)
@@ -160,38 +182,46 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
                 f"rerouted (more than {REROUTE_WARNING_S:g} s); leave it unset to use "
                 f"{CLIENT_DEFAULTS[canonical]} ms"
             )
+    return warnings
+
+
+def _socket_timeout_warnings(conf: Mapping[str, Any]) -> list[str]:
+    """A socket timeout of the user's that lets a hung broker keep the health view old."""
     socket_timeout = _user_value(conf, "socket.timeout.ms")
-    if socket_timeout is not None:
-        name, value = socket_timeout
-        if _as_number(name, value) > REROUTE_WARNING_S * 1000:
-            warnings.append(
-                f"{name}={value!r} lets a hung broker hold the producer's metadata requests that "
-                f"long, and its view of the partitions stays as old meanwhile (more than "
-                f"{REROUTE_WARNING_S:g} s); leave it unset to use "
-                f"{CLIENT_DEFAULTS['socket.timeout.ms']} ms"
-            )
+    if socket_timeout is None:
+        return []
+    name, value = socket_timeout
+    if _as_number(name, value) <= REROUTE_WARNING_S * 1000:
+        return []
+    return [
+        f"{name}={value!r} lets a hung broker hold the producer's metadata requests that "
+        f"long, and its view of the partitions stays as old meanwhile (more than "
+        f"{REROUTE_WARNING_S:g} s); leave it unset to use "
+        f"{CLIENT_DEFAULTS['socket.timeout.ms']} ms"
+    ]
+
+
+def _retries_warnings(conf: Mapping[str, Any]) -> list[str]:
+    """Client retries of the user's under a long delivery timeout: a min-ISR refusal then
+    reaches the producer only as a timeout (librdkafka #2295, see the module)."""
     retries = _user_value(conf, "retries")
-    if retries is not None:
-        name, value = retries
-        n = _as_number(name, value)
-        timeout = _user_value(conf, "message.timeout.ms")
-        timeout_ms = (
-            CLIENT_DEFAULTS["message.timeout.ms"]
-            if timeout is None
-            else _as_number(timeout[0], timeout[1])
-        )
-        if n > 0 and (timeout_ms == 0 or timeout_ms > REROUTE_WARNING_S * 1000):
-            warnings.append(
-                f"{name}={value!r}: librdkafka retries a refused message on the same partition "
-                "until its delivery timeout, so NOT_ENOUGH_REPLICAS reaches the producer late "
-                "(as _MSG_TIMED_OUT); leave retries unset (0) for rerouting within a round trip"
-            )
-    return ClientSettings(
-        client_conf=client_conf,
-        default_on_delivery=cb,
-        report_only_errors=bool(only_errors),
-        warnings=tuple(warnings),
+    if retries is None:
+        return []
+    name, value = retries
+    n = _as_number(name, value)
+    timeout = _user_value(conf, "message.timeout.ms")
+    timeout_ms = (
+        CLIENT_DEFAULTS["message.timeout.ms"]
+        if timeout is None
+        else _as_number(timeout[0], timeout[1])
     )
+    if n > 0 and (timeout_ms == 0 or timeout_ms > REROUTE_WARNING_S * 1000):
+        return [
+            f"{name}={value!r}: librdkafka retries a refused message on the same partition "
+            "until its delivery timeout, so NOT_ENOUGH_REPLICAS reaches the producer late "
+            "(as _MSG_TIMED_OUT); leave retries unset (0) for rerouting within a round trip"
+        ]
+    return []
 
 
 # What only a producer or only a consumer reads: an admin client made from their settings has no
@@ -343,6 +373,9 @@ def producer_options(
     """Check a producer constructor's failover options (both producers' have these names and
     meanings). ``dead_letter_args`` names the hook's arguments in the error (the producers
     pass it different things: ``"message, err"`` or ``"message, exc"``).
+
+    Checked in the order written (the first bad value is the one reported): partition choice,
+    the in-flight bound, retries, metadata timing, quarantine, then the producer's own.
     """
     choice = choice_options(
         strategy=strategy,
@@ -352,12 +385,48 @@ def producer_options(
         sticky_messages=sticky_messages,
         sticky_bytes=sticky_bytes,
     )
-    limit = check_count("max_in_flight", max_in_flight)
-    assert limit is not None
-    produce_timeout_s = check_positive_number(
-        "produce_timeout_s", produce_timeout_s, allow_zero=True
+    options = ProducerOptions(
+        choice=choice,
+        max_in_flight=_in_flight_limit(max_in_flight),
+        produce_timeout_s=check_positive_number(
+            "produce_timeout_s", produce_timeout_s, allow_zero=True
+        ),
+        retry_policy=_retry_policy(
+            delivery_timeout_s=delivery_timeout_s,
+            max_attempts=max_attempts,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+        ),
+        metadata_timeout_s=check_positive_number("metadata_timeout_s", metadata_timeout_s),
+        refresh_s=check_positive_number("metadata_refresh_s", metadata_refresh_s),
+        fast_refresh_s=check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),
+        min_isr_refresh_s=check_positive_number("min_isr_refresh_s", min_isr_refresh_s),
+        min_insync_replicas=min_isr_option(min_insync_replicas),
+        quarantine=_quarantine_policy(quarantine_backoff_s, quarantine_max_s),
     )
-    delivery_timeout_s = delivery_timeout_s
+    _check_shell_options(
+        message_id_header=message_id_header,
+        dead_letter=dead_letter,
+        dead_letter_args=dead_letter_args,
+        metrics_port=metrics_port,
+    )
+    return options
+
+
+def _in_flight_limit(max_in_flight: object) -> int:
+    limit = check_count("max_in_flight", max_in_flight)
+    assert limit is not None  # not optional: None is refused
+    return limit
+
+
+def _retry_policy(
+    *,
+    delivery_timeout_s: object,
+    max_attempts: object,
+    retry_backoff_s: object,
+    retry_backoff_max_s: object,
+) -> RetryPolicy:
+    """How long and how often a failed message is tried again."""
     deadline = (
         None
         if delivery_timeout_s is None
@@ -366,8 +435,6 @@ def producer_options(
     attempts = check_count("max_attempts", max_attempts, optional=True)
     # > 0: a message that must wait (nothing usable) is looked at again after a pause,
     # not in a busy loop.
-    retry_backoff_s = retry_backoff_s
-    retry_backoff_max_s = retry_backoff_max_s
     backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
     backoff_max = check_positive_number("retry_backoff_max_s", retry_backoff_max_s, allow_zero=True)
     if backoff_max < backoff:
@@ -375,49 +442,40 @@ def producer_options(
             f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
             f"({retry_backoff_s!r})"
         )
-    metadata_timeout_s = check_positive_number("metadata_timeout_s", metadata_timeout_s)
-    refresh_s = check_positive_number("metadata_refresh_s", metadata_refresh_s)
-    fast_refresh_s = check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s)
-    min_isr_refresh_s = check_positive_number("min_isr_refresh_s", min_isr_refresh_s)
-    min_isr = min_isr_option(min_insync_replicas)
+    return RetryPolicy(
+        max_attempts=attempts,
+        deadline_s=deadline,
+        backoff_initial_s=backoff,
+        backoff_max_s=backoff_max,
+    )
+
+
+def _quarantine_policy(quarantine_backoff_s: object, quarantine_max_s: object) -> QuarantinePolicy:
     try:
-        quarantine = QuarantinePolicy(
+        return QuarantinePolicy(
             initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
             max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    message_id_header = message_id_header
+
+
+def _check_shell_options(
+    *, message_id_header: object, dead_letter: object, dead_letter_args: str, metrics_port: object
+) -> None:
+    """The options each producer keeps for itself (not part of :class:`ProducerOptions`):
+    the message id header, the dead-letter hook and the metrics exporter's port."""
     if message_id_header is not None and (
         not isinstance(message_id_header, str) or not message_id_header
     ):
         raise ConfigError(
             f"message_id_header must be a non-empty header name or None, got {message_id_header!r}"
         )
-    dead_letter = dead_letter
     if dead_letter is not None and not callable(dead_letter):
         raise ConfigError(f"dead_letter must be callable({dead_letter_args}), got {dead_letter!r}")
-    metrics_port = metrics_port
-    if metrics_port is not None and (
-        isinstance(metrics_port, bool) or not isinstance(metrics_port, int)
-    ):
+    if metrics_port is None:
+        return
+    if isinstance(metrics_port, bool) or not isinstance(metrics_port, int):
         raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
-    if metrics_port is not None and not 0 <= metrics_port <= 65535:
+    if not 0 <= metrics_port <= 65535:
         raise ConfigError(f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}")
-    return ProducerOptions(
-        choice=choice,
-        max_in_flight=limit,
-        produce_timeout_s=produce_timeout_s,
-        retry_policy=RetryPolicy(
-            max_attempts=attempts,
-            deadline_s=deadline,
-            backoff_initial_s=backoff,
-            backoff_max_s=backoff_max,
-        ),
-        metadata_timeout_s=metadata_timeout_s,
-        refresh_s=refresh_s,
-        fast_refresh_s=fast_refresh_s,
-        min_isr_refresh_s=min_isr_refresh_s,
-        min_insync_replicas=min_isr,
-        quarantine=quarantine,
-    )

@@ -21,9 +21,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+    KafkaConnectionError,
+)
 from aiokafka.producer import sender as _sender  # type: ignore[import-untyped,unused-ignore]
 
-__all__ = ["first_answer_supported", "login_refusal", "make_inner_producer"]
+from failover_partitioner.errors import AuthenticationFailed
+
+__all__ = [
+    "first_answer_supported",
+    "login_refusal",
+    "make_inner_producer",
+    "start_inner_producer",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +87,29 @@ def make_inner_producer(client_kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
         "is rerouted"
     )
     return producer, False
+
+
+async def start_inner_producer(client_kwargs: Mapping[str, Any], name: str) -> tuple[Any, bool]:
+    """:func:`make_inner_producer`, started (connected to the cluster).
+
+    If it cannot start, it is stopped again; a cluster that refused the credentials raises
+    :class:`AuthenticationFailed` saying so (``name``: the producer's, for the message),
+    anything else its own error.
+    """
+    inner, first_answer = make_inner_producer(client_kwargs)
+    try:
+        await inner.start()
+    except BaseException as exc:
+        await inner.stop()
+        if isinstance(exc, KafkaConnectionError):
+            refusal = await login_refusal(client_kwargs)
+            if refusal is not None:
+                raise AuthenticationFailed(
+                    f"{name}: no broker could be reached: the cluster refused the "
+                    f"credentials ({refusal}); nothing was sent"
+                ) from None
+        raise
+    return inner, first_answer
 
 
 # The keyword arguments of AIOKafkaProducer that aiokafka's create_conn takes too: how to reach

@@ -9,7 +9,7 @@ Theory of operation (DESIGN.md sections 1, 3 and 4; the asyncio twin of ``Failov
   to that partition's open batch. It never waits on the network: one task per partition hands
   closed batches to aiokafka (``send_batch``) one at a time, so a stalled partition cannot hold
   up ``send`` for the others.
-* The inner producer answers with the broker's first reply (``_aio_client``). A batch's
+* The inner producer answers with the broker's first reply (``_client``). A batch's
   done-callback only reports: delivered messages resolve their futures; failed ones are
   classified, their partition is quarantined at once when the error says so, and they wait in
   the failed buffer.
@@ -32,7 +32,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
-    KafkaConnectionError,
     MessageSizeTooLargeError,
     UnknownTopicOrPartitionError,
 )
@@ -52,24 +51,24 @@ from failover_partitioner._config import (
     producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
-from failover_partitioner.aio import _client as _aio_client
+from failover_partitioner.aio._client import start_inner_producer
 from failover_partitioner.aio._errors import error_class
+from failover_partitioner.aio._inflow import admit_waiting
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
+from failover_partitioner.aio._stopping import wind_down
 from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
 from failover_partitioner.errors import (
-    AuthenticationFailed,
     FailoverError,
     MetadataUnavailable,
     ProducerClosed,
-    ProduceTimeout,
 )
 from failover_partitioner.health import TopicMetadata, TopicView
 from failover_partitioner.metrics import ProducerMetrics
-from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout
+from retry_buffer import AsyncRetryBuffer, Entry
 
 __all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]
 
@@ -277,19 +276,7 @@ class AsyncFailoverProducer:
                 "start() was already called on this AsyncFailoverProducer; create a new one"
             )
         loop = asyncio.get_running_loop()
-        inner, first_answer = _aio_client.make_inner_producer(self._settings.client_kwargs)
-        try:
-            await inner.start()
-        except BaseException as exc:
-            await inner.stop()
-            if isinstance(exc, KafkaConnectionError):
-                refusal = await _aio_client.login_refusal(self._settings.client_kwargs)
-                if refusal is not None:
-                    raise AuthenticationFailed(
-                        f"{self._name}: no broker could be reached: the cluster refused the "
-                        f"credentials ({refusal}); nothing was sent"
-                    ) from None
-            raise
+        inner, first_answer = await start_inner_producer(self._settings.client_kwargs, self._name)
         self._loop = loop
         self._inner = inner
         self._first_answer = first_answer
@@ -358,8 +345,8 @@ class AsyncFailoverProducer:
             if self._state != _RUNNING:
                 raise self._not_running(topic)
         entry = self._buffer.try_admit(msg)
-        if entry is None:
-            entry = await self._admit_waiting(msg)
+        if entry is None:  # at the in-flight limit
+            entry = await admit_waiting(self._buffer, msg, self._produce_timeout_s, self._service)
         msg.entry = entry
         if self._message_id_header is not None:
             assert msg.headers is not None  # made a list in _message
@@ -408,30 +395,6 @@ class AsyncFailoverProducer:
             self._message_id_header is not None,
             self._loop.create_future(),
         )
-
-    async def _admit_waiting(self, msg: Message) -> Entry[Message]:
-        """At the in-flight limit: re-send due failed messages first, then wait for room."""
-        timeout = self._produce_timeout_s
-        deadline = time.monotonic() + timeout
-        buffer = self._buffer
-        while True:
-            self._service()
-            try:
-                entry = buffer.try_admit(msg)
-                if entry is not None:
-                    return entry
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ProduceTimeout(
-                        msg.undelivered(None), limit=buffer.limit, timeout_s=timeout
-                    )
-                due_in = buffer.next_due_in()
-                wait = remaining if due_in is None else min(remaining, max(due_in, 0.001))
-                return await buffer.admit(msg, timeout=wait)
-            except InflowTimeout:
-                continue
-            except BufferClosed:
-                raise ProducerClosed(f"send to {msg.topic!r}: the producer was stopped") from None
 
     def _dispatch(self, msg: Message) -> None:
         """Choose a partition and append ``msg`` to its open batch, or let it wait."""
@@ -596,39 +559,17 @@ class AsyncFailoverProducer:
         return await self.stop(timeout)
 
     async def _stop(self, timeout: float | None) -> list[UndeliveredMessage]:
-        await self._buffer.wait_idle(timeout)
-        lanes = self._lanes
-        assert lanes is not None
-        background: list[asyncio.Task[Any]] = [*lanes.tasks, *self._first_fetch.values()]
-        if self._retry_task is not None:
-            background.append(self._retry_task)
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        if self._meta is not None:
-            await self._meta.close()
-        # aiokafka answers every batch it holds before it stops (within request_timeout_ms).
-        try:
-            await self._inner.stop()
-        except Exception:
-            # What it still held is handed back below, marked as possibly delivered.
-            logger.exception("%s: the inner aiokafka producer failed to stop cleanly", self._name)
-        if lanes.handed_over:
-            # Their futures are resolved; the done-callbacks run on the next loop turns.
-            lanes.answered.clear()
-            await lanes.answered.wait(1.0)
-        left = self._buffer.close()
-        undelivered = []
-        for entry in left:
-            msg = entry.item
-            if entry.possibly_duplicated:
-                msg.dup = True
-            undelivered.append(msg.undelivered(entry.last_error))
-            if not msg.future.done():
-                msg.future.set_exception(
-                    ProducerClosed("stop() handed this message back undelivered")
-                )
-                msg.future.exception()  # the returned list is its outcome: no "never retrieved"
+        assert self._lanes is not None
+        retry_task = () if self._retry_task is None else (self._retry_task,)
+        undelivered = await wind_down(
+            buffer=self._buffer,
+            lanes=self._lanes,
+            tasks=itertools.chain(self._first_fetch.values(), retry_task),
+            meta=self._meta,
+            inner=self._inner,
+            name=self._name,
+            timeout=timeout,
+        )
         if self._metrics is not None:
             self._metrics.close()
         self._undelivered = undelivered

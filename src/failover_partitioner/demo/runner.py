@@ -127,6 +127,18 @@ class _Producing:
     stats: tuple[int, int | None] = field(default=(0, None))  # rerouted, possible duplicates
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What every phase of one run works with; ``clock`` reads seconds since producing began."""
+
+    options: DemoOptions
+    cluster: DemoCluster
+    topic: Topic
+    run_id: str
+    console: Console
+    clock: Callable[[], float]
+
+
 def run_demo(
     options: DemoOptions,
     *,
@@ -134,145 +146,206 @@ def run_demo(
     side_factories: Sequence[SideFactory],
     console: Console,
 ) -> DemoResult:
+    """Set up the cluster and topic, produce with every side through the schedule (the fault
+    in its middle), then consume the topic back and account for every message."""
     run_id = secrets.token_hex(4)
     with ExitStack() as stack:
         cluster = cluster_factory()
         stack.callback(cluster.close)
-        inject = cluster.can_inject_faults
-        console.event(f"cluster: {cluster.description}")
-        if not inject:
-            console.event(
-                "fault injection disabled: the demo cannot break a cluster it does not run "
-                "(leave out --bootstrap to use the embedded one)"
-            )
-        topic_name = options.topic or ("failover-demo" if inject else f"failover-demo-{run_id}")
-        topic = cluster.prepare_topic(topic_name)
-        _wait_for_leaders(cluster, topic, timeout_s=15.0)
-        console.event(
-            f"topic {topic.name}: {topic.partitions} partitions, replication factor "
-            f"{topic.replication_factor}, min.insync.replicas {topic.min_insync_replicas}"
+        topic = _prepare_topic(cluster, options, run_id, console)
+        schedule = Schedule.plan(
+            duration_s=options.duration_s, with_fault=cluster.can_inject_faults
         )
-        schedule = Schedule.plan(duration_s=options.duration_s, with_fault=inject)
-        if schedule.fault_start_s is not None and schedule.fault_end_s is not None:
-            console.event(
-                f"producing {options.rate_per_s:g} msg/s with each producer for "
-                f"{options.duration_s:g} s; fault ({_fault_text(options.fault)}) from "
-                f"{schedule.fault_start_s:.0f} s to {schedule.fault_end_s:.0f} s"
-            )
-        else:
-            console.event(
-                f"producing {options.rate_per_s:g} msg/s with each producer for "
-                f"{options.duration_s:g} s, no fault"
-            )
+        _announce_plan(options, schedule, console)
 
         t0 = time.monotonic()  # the run's clock starts when producing starts
 
         def clock() -> float:
             return time.monotonic() - t0
 
-        producing = []
-        for factory in side_factories:
-            log = DeliveryLog(clock=clock)
-            side = factory(cluster.bootstrap_servers, log)
-            stack.callback(side.finish, 0.0)  # closes it even if the run fails
-            producing.append(_Producing(side=side, log=log))
-        stop = threading.Event()
-        stack.callback(stop.set)
-        for p in producing:
-            p.thread = threading.Thread(
-                target=_produce_loop,
-                args=(p, topic.name, run_id, options.rate_per_s, clock, stop),
-                name=f"failover-demo-{p.side.name}",
-                daemon=True,
-            )
-            p.thread.start()
-
-        snapshots: list[Snapshot] = []
+        run = _Run(options, cluster, topic, run_id, console, clock)
+        producing, stop = _start_producing(run, side_factories, stack)
         faults = _FaultControl(cluster, topic, options.fault, console)
-        midway_s = None if inject else options.duration_s / 2
-        if not inject:
-            snapshots.append(_snapshot(cluster, topic, "before", clock()))
-        last_tick = 0.0
-        while True:
-            now = clock()
-            if schedule.fault_start_s is not None and faults.window is None:
-                if now >= schedule.fault_start_s:
-                    snapshots.append(faults.inject(clock))
-            elif schedule.fault_end_s is not None and faults.active and now >= schedule.fault_end_s:
-                snapshots.append(faults.heal(clock))
-            if midway_s is not None and now >= midway_s:
-                snapshots.append(_snapshot(cluster, topic, "midway", now))
-                midway_s = None
-            _raise_worker_error(producing)
-            if now >= options.duration_s:
-                break
-            if now - last_tick >= console.progress_every_s:
-                _tick(console, producing, now, schedule.phase_at(now), now - last_tick)
-                last_tick = now
-            time.sleep(max(0.0, min(0.1, options.duration_s - now)))
-
-        stop.set()
-        for p in producing:
-            assert p.thread is not None
-            p.thread.join(timeout=60.0)
-        _raise_worker_error(producing)
-        console.event(
-            f"{clock():6.1f}s producing stopped; waiting up to {options.drain_timeout_s:g} s "
-            "for outstanding deliveries"
-        )
-        _drain(producing, options.drain_timeout_s, console, clock)
+        snapshots = _follow_schedule(run, schedule, producing, faults)
+        _stop_producing(run, producing, stop)
         end_s = clock()
 
         _wait_for_recovery(cluster, topic, timeout_s=options.recovery_timeout_s)
         snapshots.append(_snapshot(cluster, topic, "after", clock()))
-        console.event(f"{clock():6.1f}s consuming {topic.name} back to see what is really there")
-        consumed = consume_back(
-            bootstrap_servers=cluster.bootstrap_servers,
-            topic=topic.name,
-            partitions=topic.partitions,
-            run_id=run_id,
-            timeout_s=options.consume_timeout_s,
-        )
-        if consumed.unread:
-            console.event(
-                f"warning: partitions {_ids(consumed.unread)} could not be read to the end in "
-                f"{options.consume_timeout_s:g} s; their unread messages count as lost"
-            )
-        summaries = tuple(
-            summarize(
-                name=p.side.name,
-                records=p.log.records(),
-                found=consumed.found.get(p.side.name, {}),
-                end_s=end_s,
-                rerouted=p.stats[0],
-                possible_duplicates=p.stats[1],
-            )
-            for p in producing
-        )
-        run = RunInfo(
-            topic=topic.name,
-            bootstrap_servers=cluster.bootstrap_servers,
-            embedded_cluster=inject,
-            duration_s=options.duration_s,
-            rate_per_s=options.rate_per_s,
-            min_insync_replicas=topic.min_insync_replicas,
-            deadline_s=end_s,
-            elapsed_s=clock(),
-            plot=None if options.plot is None else str(options.plot),
-        )
-        report = build_report(
-            summaries=summaries, fault=faults.window, run=run, snapshots=snapshots
-        )
-        return DemoResult(
-            summaries=summaries,
-            snapshots=tuple(snapshots),
-            fault=faults.window,
-            run=run,
-            consumed=consumed,
-            report=report,
-            degraded_during_fault=faults.degraded_during,
-        )
+        consumed = _consume_back(run)
+        return _result(run, producing, consumed, faults, snapshots, end_s)
     raise AssertionError("unreachable: the with block returns")  # pragma: no cover
+
+
+def _prepare_topic(
+    cluster: DemoCluster, options: DemoOptions, run_id: str, console: Console
+) -> Topic:
+    """The run's topic, made (or found) with a leader for every partition."""
+    inject = cluster.can_inject_faults
+    console.event(f"cluster: {cluster.description}")
+    if not inject:
+        console.event(
+            "fault injection disabled: the demo cannot break a cluster it does not run "
+            "(leave out --bootstrap to use the embedded one)"
+        )
+    topic_name = options.topic or ("failover-demo" if inject else f"failover-demo-{run_id}")
+    topic = cluster.prepare_topic(topic_name)
+    _wait_for_leaders(cluster, topic, timeout_s=15.0)
+    console.event(
+        f"topic {topic.name}: {topic.partitions} partitions, replication factor "
+        f"{topic.replication_factor}, min.insync.replicas {topic.min_insync_replicas}"
+    )
+    return topic
+
+
+def _announce_plan(options: DemoOptions, schedule: Schedule, console: Console) -> None:
+    if schedule.fault_start_s is not None and schedule.fault_end_s is not None:
+        console.event(
+            f"producing {options.rate_per_s:g} msg/s with each producer for "
+            f"{options.duration_s:g} s; fault ({_fault_text(options.fault)}) from "
+            f"{schedule.fault_start_s:.0f} s to {schedule.fault_end_s:.0f} s"
+        )
+    else:
+        console.event(
+            f"producing {options.rate_per_s:g} msg/s with each producer for "
+            f"{options.duration_s:g} s, no fault"
+        )
+
+
+def _start_producing(
+    run: _Run, side_factories: Sequence[SideFactory], stack: ExitStack
+) -> tuple[list[_Producing], threading.Event]:
+    """One side per factory, each paced by a thread of its own until the event is set (the
+    stack sets it and closes the sides even if the run fails)."""
+    producing = []
+    for factory in side_factories:
+        log = DeliveryLog(clock=run.clock)
+        side = factory(run.cluster.bootstrap_servers, log)
+        stack.callback(side.finish, 0.0)  # closes it even if the run fails
+        producing.append(_Producing(side=side, log=log))
+    stop = threading.Event()
+    stack.callback(stop.set)
+    for p in producing:
+        p.thread = threading.Thread(
+            target=_produce_loop,
+            args=(p, run.topic.name, run.run_id, run.options.rate_per_s, run.clock, stop),
+            name=f"failover-demo-{p.side.name}",
+            daemon=True,
+        )
+        p.thread.start()
+    return producing, stop
+
+
+def _follow_schedule(
+    run: _Run, schedule: Schedule, producing: Sequence[_Producing], faults: _FaultControl
+) -> list[Snapshot]:
+    """Until the run's duration is over: inject and heal the fault on time, show progress;
+    returns the partition snapshots taken on the way."""
+    cluster, topic, console, clock = run.cluster, run.topic, run.console, run.clock
+    duration_s = run.options.duration_s
+    snapshots: list[Snapshot] = []
+    inject = cluster.can_inject_faults
+    midway_s = None if inject else duration_s / 2
+    if not inject:
+        snapshots.append(_snapshot(cluster, topic, "before", clock()))
+    last_tick = 0.0
+    while True:
+        now = clock()
+        if schedule.fault_start_s is not None and faults.window is None:
+            if now >= schedule.fault_start_s:
+                snapshots.append(faults.inject(clock))
+        elif schedule.fault_end_s is not None and faults.active and now >= schedule.fault_end_s:
+            snapshots.append(faults.heal(clock))
+        if midway_s is not None and now >= midway_s:
+            snapshots.append(_snapshot(cluster, topic, "midway", now))
+            midway_s = None
+        _raise_worker_error(producing)
+        if now >= duration_s:
+            return snapshots
+        if now - last_tick >= console.progress_every_s:
+            _tick(console, producing, now, schedule.phase_at(now), now - last_tick)
+            last_tick = now
+        time.sleep(max(0.0, min(0.1, duration_s - now)))
+
+
+def _stop_producing(run: _Run, producing: Sequence[_Producing], stop: threading.Event) -> None:
+    """Stop the pacing threads, then wait for the sides' outstanding deliveries."""
+    stop.set()
+    for p in producing:
+        assert p.thread is not None
+        p.thread.join(timeout=60.0)
+    _raise_worker_error(producing)
+    drain_timeout_s = run.options.drain_timeout_s
+    run.console.event(
+        f"{run.clock():6.1f}s producing stopped; waiting up to {drain_timeout_s:g} s "
+        "for outstanding deliveries"
+    )
+    _drain(producing, drain_timeout_s, run.console, run.clock)
+
+
+def _consume_back(run: _Run) -> ConsumedBack:
+    """What the topic really holds of this run; a partition not read to the end is reported."""
+    topic, timeout_s = run.topic, run.options.consume_timeout_s
+    run.console.event(
+        f"{run.clock():6.1f}s consuming {topic.name} back to see what is really there"
+    )
+    consumed = consume_back(
+        bootstrap_servers=run.cluster.bootstrap_servers,
+        topic=topic.name,
+        partitions=topic.partitions,
+        run_id=run.run_id,
+        timeout_s=timeout_s,
+    )
+    if consumed.unread:
+        run.console.event(
+            f"warning: partitions {_ids(consumed.unread)} could not be read to the end in "
+            f"{timeout_s:g} s; their unread messages count as lost"
+        )
+    return consumed
+
+
+def _result(
+    run: _Run,
+    producing: Sequence[_Producing],
+    consumed: ConsumedBack,
+    faults: _FaultControl,
+    snapshots: list[Snapshot],
+    end_s: float,
+) -> DemoResult:
+    """Each side's summary against what was consumed back, and the report of the run."""
+    summaries = tuple(
+        summarize(
+            name=p.side.name,
+            records=p.log.records(),
+            found=consumed.found.get(p.side.name, {}),
+            end_s=end_s,
+            rerouted=p.stats[0],
+            possible_duplicates=p.stats[1],
+        )
+        for p in producing
+    )
+    options = run.options
+    info = RunInfo(
+        topic=run.topic.name,
+        bootstrap_servers=run.cluster.bootstrap_servers,
+        embedded_cluster=run.cluster.can_inject_faults,
+        duration_s=options.duration_s,
+        rate_per_s=options.rate_per_s,
+        min_insync_replicas=run.topic.min_insync_replicas,
+        deadline_s=end_s,
+        elapsed_s=run.clock(),
+        plot=None if options.plot is None else str(options.plot),
+    )
+    report = build_report(summaries=summaries, fault=faults.window, run=info, snapshots=snapshots)
+    return DemoResult(
+        summaries=summaries,
+        snapshots=tuple(snapshots),
+        fault=faults.window,
+        run=info,
+        consumed=consumed,
+        report=report,
+        degraded_during_fault=faults.degraded_during,
+    )
 
 
 class _FaultControl:
