@@ -6,7 +6,9 @@ default options (strategy round_robin), on librdkafka's mock and on minibroker:
 * one-at-a-time ``produce()`` without per-message callbacks >= 0.95x a raw Producer with
   ``on_delivery`` in its config;
 * with a per-message ``on_delivery`` on both sides: >= 0.85x;
-* ``produce_batch`` >= 1.0x the raw Producer's per-message loop.
+* ``produce_batch`` >= 1.0x the raw Producer's per-message loop;
+* while two of five brokers are stopped (some partitions under min ISR), >= 0.95x of its own
+  rate on a healthy cluster (the two clusters measured alternately, after the transition).
 
 Issue 6's earlier targets, kept where issue 20 sets none:
 
@@ -14,9 +16,7 @@ Issue 6's earlier targets, kept where issue 20 sets none:
   delivery callback (``on_delivery`` in its config), same cluster and workload (100-byte
   values, acks=all), on librdkafka's mock cluster and on minibroker;
 * with a per-message ``on_delivery`` on both sides: >= 0.6x (aim 0.8x);
-* choosing a partition: <= 0.5 microseconds per message, median;
-* during the fault of must-show 1 (two of five brokers stopped), >= 0.8x of its own
-  fault-free throughput.
+* choosing a partition: <= 0.5 microseconds per message, median.
 
 Throughput is messages per second from the first ``produce`` to ``flush`` returning 0, with
 ``poll(0)`` every 1000 messages. Both sides run alternately, several times, and the median of
@@ -398,12 +398,12 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
             faulty.append(_failover_rate(faulty_cluster.bootstrap_servers, n, False)[0])
         figures.append(
             Figure(
-                issue=ISSUE,
+                issue=HEALTHY_PATH_ISSUE,
                 name="minibroker: FailoverProducer with brokers 4,5 down vs healthy",
                 value=statistics.median(faulty),
                 reference=statistics.median(healthy),
                 unit="msg/s",
-                target=0.8,
+                target=0.95,
                 note=f"first run after the stop (transition included): {transition:.0f} msg/s",
             )
         )
