@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from failover_partitioner._config import FailoverConfigWarning
 from failover_partitioner._message import DeliveryGroup, DeliveryReport, UndeliveredMessage
+from failover_partitioner._options import FailoverOptions
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.choose import NO_PARTITION, ChoiceOptions, PartitionChooser
 from failover_partitioner.confluent import FailoverProducer, ProducerStatistics
@@ -48,6 +49,7 @@ __all__ = [
     "ErrorClass",
     "FailoverConfigWarning",
     "FailoverError",
+    "FailoverOptions",
     "FailoverProducer",
     "MetadataUnavailable",
     "MetricsSnapshot",

@@ -1,4 +1,6 @@
-"""The producer's settings: the user's client config (never mutated) and the library's options.
+"""The producer's client settings: the user's client config, checked and completed (never
+mutated). The failover options (``min_insync_replicas=``, ``strategy=``, ...) are in
+:mod:`failover_partitioner._options`.
 
 The inner confluent-kafka client runs with few retries and a short delivery timeout unless the
 user set them: librdkafka retries a partition it cannot move to ("messages are only
@@ -15,27 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from failover_partitioner.choose import (
-    STICKY_BYTES_DEFAULT,
-    STICKY_MESSAGES_DEFAULT,
-    ChoiceOptions,
-)
 from failover_partitioner.errors import ConfigError
-from failover_partitioner.metadata._refresher import min_isr_option
-from failover_partitioner.quarantine import QuarantinePolicy
-from retry_buffer import RetryPolicy
 
 __all__ = [
     "CLIENT_DEFAULTS",
     "NOT_FOR_ADMIN",
-    "STICKY_BYTES_DEFAULT",
-    "STICKY_MESSAGES_DEFAULT",
     "ClientSettings",
     "FailoverConfigWarning",
-    "ProducerOptions",
+    "check_count",
+    "check_positive_number",
     "client_settings",
     "companion_conf",
-    "producer_options",
 ]
 
 
@@ -307,175 +299,3 @@ def check_count(name: str, value: object, *, optional: bool = False) -> int | No
         extra = "None or " if optional else ""
         raise ConfigError(f"{name} must be {extra}an int >= 1, got {value!r}")
     return value
-
-
-def choice_options(
-    *,
-    strategy: object,
-    key_policy: object,
-    headroom: object,
-    client_rack: object,
-    sticky_messages: object,
-    sticky_bytes: object,
-) -> ChoiceOptions:
-    return ChoiceOptions(
-        strategy=strategy,  # type: ignore[arg-type]  # validated by ChoiceOptions itself
-        key_policy=key_policy,  # type: ignore[arg-type]
-        headroom=headroom,  # type: ignore[arg-type]
-        client_rack=client_rack,  # type: ignore[arg-type]
-        sticky_messages=sticky_messages,  # type: ignore[arg-type]
-        sticky_bytes=sticky_bytes,  # type: ignore[arg-type]
-    )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProducerOptions:
-    """The failover options both producers take, checked, and what the producers build of them."""
-
-    choice: ChoiceOptions
-    max_in_flight: int
-    produce_timeout_s: float
-    retry_policy: RetryPolicy
-    metadata_timeout_s: float
-    refresh_s: float
-    fast_refresh_s: float
-    min_isr_refresh_s: float
-    min_insync_replicas: int | Mapping[str, int] | None
-    quarantine: QuarantinePolicy
-
-
-def producer_options(
-    *,
-    strategy: Any,
-    key_policy: Any,
-    headroom: Any,
-    client_rack: Any,
-    sticky_messages: Any,
-    sticky_bytes: Any,
-    max_in_flight: Any,
-    produce_timeout_s: Any,
-    delivery_timeout_s: Any,
-    max_attempts: Any,
-    retry_backoff_s: Any,
-    retry_backoff_max_s: Any,
-    metadata_refresh_s: Any,
-    metadata_fast_refresh_s: Any,
-    min_isr_refresh_s: Any,
-    metadata_timeout_s: Any,
-    quarantine_backoff_s: Any,
-    quarantine_max_s: Any,
-    min_insync_replicas: Any,
-    message_id_header: Any,
-    dead_letter: Any,
-    metrics_port: Any,
-    dead_letter_args: str,
-) -> ProducerOptions:
-    """Check a producer constructor's failover options (both producers' have these names and
-    meanings). ``dead_letter_args`` names the hook's arguments in the error (the producers
-    pass it different things: ``"message, err"`` or ``"message, exc"``).
-
-    Checked in the order written (the first bad value is the one reported): partition choice,
-    the in-flight bound, retries, metadata timing, quarantine, then the producer's own.
-    """
-    choice = choice_options(
-        strategy=strategy,
-        key_policy=key_policy,
-        headroom=headroom,
-        client_rack=client_rack,
-        sticky_messages=sticky_messages,
-        sticky_bytes=sticky_bytes,
-    )
-    options = ProducerOptions(
-        choice=choice,
-        max_in_flight=_in_flight_limit(max_in_flight),
-        produce_timeout_s=check_positive_number(
-            "produce_timeout_s", produce_timeout_s, allow_zero=True
-        ),
-        retry_policy=_retry_policy(
-            delivery_timeout_s=delivery_timeout_s,
-            max_attempts=max_attempts,
-            retry_backoff_s=retry_backoff_s,
-            retry_backoff_max_s=retry_backoff_max_s,
-        ),
-        metadata_timeout_s=check_positive_number("metadata_timeout_s", metadata_timeout_s),
-        refresh_s=check_positive_number("metadata_refresh_s", metadata_refresh_s),
-        fast_refresh_s=check_positive_number("metadata_fast_refresh_s", metadata_fast_refresh_s),
-        min_isr_refresh_s=check_positive_number("min_isr_refresh_s", min_isr_refresh_s),
-        min_insync_replicas=min_isr_option(min_insync_replicas),
-        quarantine=_quarantine_policy(quarantine_backoff_s, quarantine_max_s),
-    )
-    _check_shell_options(
-        message_id_header=message_id_header,
-        dead_letter=dead_letter,
-        dead_letter_args=dead_letter_args,
-        metrics_port=metrics_port,
-    )
-    return options
-
-
-def _in_flight_limit(max_in_flight: object) -> int:
-    limit = check_count("max_in_flight", max_in_flight)
-    assert limit is not None  # not optional: None is refused
-    return limit
-
-
-def _retry_policy(
-    *,
-    delivery_timeout_s: object,
-    max_attempts: object,
-    retry_backoff_s: object,
-    retry_backoff_max_s: object,
-) -> RetryPolicy:
-    """How long and how often a failed message is tried again."""
-    deadline = (
-        None
-        if delivery_timeout_s is None
-        else check_positive_number("delivery_timeout_s", delivery_timeout_s)
-    )
-    attempts = check_count("max_attempts", max_attempts, optional=True)
-    # > 0: a message that must wait (nothing usable) is looked at again after a pause,
-    # not in a busy loop.
-    backoff = check_positive_number("retry_backoff_s", retry_backoff_s)
-    backoff_max = check_positive_number("retry_backoff_max_s", retry_backoff_max_s, allow_zero=True)
-    if backoff_max < backoff:
-        raise ConfigError(
-            f"retry_backoff_max_s ({retry_backoff_max_s!r}) must be >= retry_backoff_s "
-            f"({retry_backoff_s!r})"
-        )
-    return RetryPolicy(
-        max_attempts=attempts,
-        deadline_s=deadline,
-        backoff_initial_s=backoff,
-        backoff_max_s=backoff_max,
-    )
-
-
-def _quarantine_policy(quarantine_backoff_s: object, quarantine_max_s: object) -> QuarantinePolicy:
-    try:
-        return QuarantinePolicy(
-            initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
-            max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _check_shell_options(
-    *, message_id_header: object, dead_letter: object, dead_letter_args: str, metrics_port: object
-) -> None:
-    """The options each producer keeps for itself (not part of :class:`ProducerOptions`):
-    the message id header, the dead-letter hook and the metrics exporter's port."""
-    if message_id_header is not None and (
-        not isinstance(message_id_header, str) or not message_id_header
-    ):
-        raise ConfigError(
-            f"message_id_header must be a non-empty header name or None, got {message_id_header!r}"
-        )
-    if dead_letter is not None and not callable(dead_letter):
-        raise ConfigError(f"dead_letter must be callable({dead_letter_args}), got {dead_letter!r}")
-    if metrics_port is None:
-        return
-    if isinstance(metrics_port, bool) or not isinstance(metrics_port, int):
-        raise ConfigError(f"metrics_port must be an int or None, got {metrics_port!r}")
-    if not 0 <= metrics_port <= 65535:
-        raise ConfigError(f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}")

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from aiokafka import errors as aiokafka_errors  # type: ignore[import-untyped,unused-ignore]
 from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry
 
-from failover_partitioner import FailoverProducer
+from failover_partitioner import FailoverOptions, FailoverProducer
+from failover_partitioner._options import OPTION_DEFAULTS, OPTION_NAMES, DeadLetter
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.choose import ChoiceOptions
@@ -149,6 +151,65 @@ def test_an_unclosed_failover_producer_warns(cluster: Cluster) -> None:
     del p
     with pytest.warns(ResourceWarning, match="unclosed FailoverProducer"):
         gc.collect()
+
+
+def _every_option(registry: CollectorRegistry, hook: DeadLetter) -> FailoverOptions:
+    """A value of every failover option, none of them its default."""
+    return {
+        "min_insync_replicas": 2,
+        "strategy": "sticky",
+        "key_policy": "strict",
+        "headroom": True,
+        "client_rack": "rack-a",
+        "sticky_messages": 10,
+        "sticky_bytes": 1_000_000,
+        "max_in_flight": 1_000,
+        "produce_timeout_s": 2.0,
+        "delivery_timeout_s": 60.0,
+        "max_attempts": 100,
+        "retry_backoff_s": 0.02,
+        "retry_backoff_max_s": 0.5,
+        "metadata_refresh_s": 10.0,
+        "metadata_fast_refresh_s": 0.2,
+        "min_isr_refresh_s": 100.0,
+        "metadata_timeout_s": 3.0,
+        "quarantine_backoff_s": 0.2,
+        "quarantine_max_s": 10.0,
+        "message_id_header": "msg-id",
+        "dead_letter": hook,
+        "metrics_registry": registry,
+        "metrics_port": 0,
+        "metrics_addr": "127.0.0.1",
+    }
+
+
+def test_both_shells_take_every_failover_option(cluster: Cluster) -> None:
+    """Each shell takes every declared option (none of the asyncio one's goes to aiokafka),
+    delivers with them, and starts its metrics exporter where they say."""
+    failed: list[object] = []
+    sync_registry, aio_registry = CollectorRegistry(), CollectorRegistry()
+    options = _every_option(sync_registry, lambda message, err: failed.append(err))
+    assert set(options) == OPTION_NAMES
+    defaults = dict(OPTION_DEFAULTS)
+    assert [name for name, value in options.items() if value == defaults[name]] == []
+
+    with FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers}, **options) as p:
+        p.produce(TOPIC, b"v")
+        assert p.flush(30) == 0
+        assert p.metrics_registry is sync_registry
+        assert (p.metrics_port or 0) > 0
+
+    async def asyncio_shell() -> None:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            **{**options, "metrics_registry": aio_registry},
+        ) as ap:
+            await ap.send_and_wait(TOPIC, b"v")
+            assert ap.metrics_registry is aio_registry
+            assert (ap.metrics_port or 0) > 0
+
+    asyncio.run(asyncio_shell())
+    assert failed == []
 
 
 # A failed attempt, as each shell's client reports it, and what the core makes of it. The

@@ -8,12 +8,13 @@ here.
 
 from __future__ import annotations
 
-import inspect
+import re
 from typing import Any
 
 import pytest
 
 from failover_partitioner import FailoverProducer
+from failover_partitioner._options import OPTION_DEFAULTS, OPTION_NAMES
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.spark import factory
 
@@ -78,15 +79,24 @@ def test_librdkafka_rejections_are_config_errors_on_the_driver() -> None:
         factory.validate({"bootstrap.servers": "127.0.0.1:1", "acks": "sometimes"}, {})
 
 
-def test_every_producer_option_is_known_to_the_driver_check() -> None:
-    options = {
-        name
-        for name, p in inspect.signature(FailoverProducer).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
-    assert options == factory.CHECKED_OPTIONS | set(factory.UNSUPPORTED_OPTIONS) | {
-        "metrics_registry"  # any value the producer takes; it must only pickle (spec.py)
-    }
+def test_every_producer_option_is_taken_by_the_driver_check_or_refused_with_why() -> None:
+    """The driver knows the producer's options from their one declaration: each is checked
+    there (taken at its default), or refused as unsupported with the reason."""
+    assert set(factory.UNSUPPORTED_OPTIONS) <= OPTION_NAMES
+    for name in OPTION_NAMES - set(factory.UNSUPPORTED_OPTIONS):
+        factory.validate(CONF, {name: dict(OPTION_DEFAULTS)[name]})
+    for name, why in factory.UNSUPPORTED_OPTIONS.items():
+        said = f"{name!r} is not supported by the Spark writer: {why}"
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            factory.validate(CONF, {name: dict(OPTION_DEFAULTS)[name]})
+
+
+def test_an_unknown_option_is_refused_on_the_driver_naming_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as info:
+        factory.validate(CONF, {"strtegy": "sticky"})
+    text = str(info.value)
+    assert "'strtegy' (did you mean 'strategy'?)" in text
+    assert all(name in text for name in OPTION_NAMES)
 
 
 def test_good_settings_pass_without_a_client() -> None:

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import pytest
 
-from failover_partitioner import (
-    AsyncFailoverProducer,
-    ChoiceOptions,
-    ConfigError,
-    FailoverConfigWarning,
-    FailoverProducer,
-)
+from failover_partitioner import ConfigError, FailoverConfigWarning, FailoverProducer
 from failover_partitioner._config import CLIENT_DEFAULTS, client_settings, companion_conf
 
 BASE = {"bootstrap.servers": "127.0.0.1:1", "acks": "all"}
@@ -127,19 +120,6 @@ def test_bad_client_config_is_refused_with_the_value(conf: Any, message: str) ->
 def test_bad_options_are_refused_with_the_value(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         FailoverProducer(BASE, **kwargs)
-
-
-def test_both_producers_share_every_default_of_their_common_options() -> None:
-    sync = inspect.signature(FailoverProducer.__init__).parameters
-    aio = inspect.signature(AsyncFailoverProducer.__init__).parameters
-    common = [name for name in sync if name in aio and name != "self"]
-    assert {"sticky_bytes", "strategy"} <= set(common)
-    assert {n: sync[n].default for n in common} == {n: aio[n].default for n in common}
-    # ... and the chooser's own defaults are the same ones.
-    options = ChoiceOptions()
-    for name in ("strategy", "key_policy", "headroom", "client_rack", "sticky_messages"):
-        assert getattr(options, name) == sync[name].default
-    assert options.sticky_bytes == sync["sticky_bytes"].default
 
 
 def test_the_java_key_placement_is_the_default_partitioner_and_the_users_wins() -> None:

@@ -21,6 +21,7 @@ DOCUMENTED = {
     "AuthenticationFailed",
     "MetadataUnavailable",
     "FailoverConfigWarning",
+    "FailoverOptions",
     "ProducerStatistics",
     "classify",
 }

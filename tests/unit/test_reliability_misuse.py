@@ -63,7 +63,11 @@ FAILOVER: dict[str, Case] = {
     "conf of the wrong type": (lambda: FP("host:9092"), ConfigError, "got str"),
     "conf key not a string": (lambda: FP(BAD_KEYS), ConfigError, "[1]"),
     "no bootstrap servers": (lambda: FP({"acks": "all"}), ConfigError, "'bootstrap.servers'"),
-    "unknown option": (lambda: FP(BASE, max_inflight=5), TypeError, "'max_inflight'"),
+    "unknown option": (
+        lambda: FP(BASE, max_inflight=5),
+        ConfigError,
+        "'max_inflight' (did you mean 'max_in_flight'?)",
+    ),
     "negative max_in_flight": (lambda: FP(BASE, max_in_flight=-1), ConfigError, "got -1"),
     "max_in_flight as text": (lambda: FP(BASE, max_in_flight="100"), ConfigError, "got '100'"),
     "negative produce_timeout_s": (
@@ -445,7 +449,11 @@ SPARK: dict[str, Case] = {
         ConfigError,
         "'bootstrap.servers'",
     ),
-    "unknown option": (lambda: _writer("t", BASE, max_inflight=5), ConfigError, "['max_inflight']"),
+    "unknown option": (
+        lambda: _writer("t", BASE, max_inflight=5),
+        ConfigError,
+        "'max_inflight' (did you mean 'max_in_flight'?)",
+    ),
     "negative max_in_flight": (lambda: _writer("t", BASE, max_in_flight=-1), ConfigError, "got -1"),
     "negative flush timeout": (
         lambda: _writer("t", BASE, flush_timeout_s=-1),

@@ -42,15 +42,9 @@ from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # 
     RecordMetadata,
 )
 
-from failover_partitioner._config import (
-    STICKY_BYTES_DEFAULT,
-    STICKY_MESSAGES_DEFAULT,
-    FailoverConfigWarning,
-    ProducerOptions,
-    check_positive_number,
-    producer_options,
-)
+from failover_partitioner._config import FailoverConfigWarning, check_positive_number
 from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner._options import OPTION_NAMES, ProducerOptions, producer_options
 from failover_partitioner.aio._client import start_inner_producer
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.aio._inflow import admit_waiting
@@ -156,92 +150,37 @@ class AsyncFailoverProducer:
     """An asyncio Kafka producer that keeps producing, losing nothing, while partitions are
     under min ISR.
 
-    Keyword arguments not listed below are ``AIOKafkaProducer``'s own (``bootstrap_servers``,
-    ``acks``, ``linger_ms``, ``max_batch_size``, security settings, serializers, ...); they are
-    copied, never changed. Unless given, ``acks="all"`` and ``request_timeout_ms=5000``. The
-    failover options have the names, defaults and meaning of :class:`FailoverProducer`'s; see
-    docs/aio.md.
+    Its keyword arguments are of two kinds. The failover options
+    (:class:`~failover_partitioner.FailoverOptions`: ``min_insync_replicas``,
+    ``strategy``, ``max_in_flight``, ...) have the names, defaults and meaning of
+    :class:`FailoverProducer`'s (docs/configuration.md). Every other one is
+    ``AIOKafkaProducer``'s own (``bootstrap_servers``, ``acks``, ``linger_ms``,
+    ``max_batch_size``, security settings, serializers, ...): copied, never changed, and refused
+    when aiokafka has no such setting. Unless given, ``acks="all"`` and
+    ``request_timeout_ms=5000``. See docs/aio.md.
 
     Use ``async with AsyncFailoverProducer(...) as ap:`` or ``await start()`` /
     ``await stop()``. Every method must be called from the loop that started the producer.
     """
 
-    def __init__(
-        self,
-        *,
-        min_insync_replicas: int | Mapping[str, int] | None = None,
-        strategy: str = "round_robin",
-        key_policy: str = "failover",
-        headroom: bool = False,
-        client_rack: str | None = None,
-        sticky_messages: int = STICKY_MESSAGES_DEFAULT,
-        sticky_bytes: int | None = STICKY_BYTES_DEFAULT,
-        max_in_flight: int = 50_000,
-        produce_timeout_s: float = 5.0,
-        delivery_timeout_s: float | None = None,
-        max_attempts: int | None = None,
-        retry_backoff_s: float = 0.01,
-        retry_backoff_max_s: float = 1.0,
-        metadata_refresh_s: float = 30.0,
-        metadata_fast_refresh_s: float = 0.5,
-        min_isr_refresh_s: float = 300.0,
-        metadata_timeout_s: float = 5.0,
-        quarantine_backoff_s: float = 0.5,
-        quarantine_max_s: float = 30.0,
-        message_id_header: str | None = None,
-        dead_letter: AsyncDeadLetterHook | None = None,
-        metrics_registry: Any = None,
-        metrics_port: int | None = None,
-        metrics_addr: str = "0.0.0.0",
-        **client_kwargs: Any,
-    ) -> None:
+    def __init__(self, **kwargs: Any) -> None:
+        options = {name: value for name, value in kwargs.items() if name in OPTION_NAMES}
+        client_kwargs = {name: value for name, value in kwargs.items() if name not in options}
         settings = aio_client_settings(client_kwargs)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        opts = producer_options(
-            strategy=strategy,
-            key_policy=key_policy,
-            headroom=headroom,
-            client_rack=client_rack,
-            sticky_messages=sticky_messages,
-            sticky_bytes=sticky_bytes,
-            max_in_flight=max_in_flight,
-            produce_timeout_s=produce_timeout_s,
-            delivery_timeout_s=delivery_timeout_s,
-            max_attempts=max_attempts,
-            retry_backoff_s=retry_backoff_s,
-            retry_backoff_max_s=retry_backoff_max_s,
-            metadata_refresh_s=metadata_refresh_s,
-            metadata_fast_refresh_s=metadata_fast_refresh_s,
-            min_isr_refresh_s=min_isr_refresh_s,
-            metadata_timeout_s=metadata_timeout_s,
-            quarantine_backoff_s=quarantine_backoff_s,
-            quarantine_max_s=quarantine_max_s,
-            min_insync_replicas=min_insync_replicas,
-            message_id_header=message_id_header,
-            dead_letter=dead_letter,
-            metrics_port=metrics_port,
-            dead_letter_args="message, exc",
-        )
-        self._setup(settings, opts, message_id_header, dead_letter)
-        self._metrics_args = (metrics_registry, metrics_port, metrics_addr)
+        self._setup(settings, producer_options(dead_letter_args="message, exc", **options))
 
-    def _setup(
-        self,
-        settings: AioClientSettings,
-        opts: ProducerOptions,
-        message_id_header: str | None,
-        dead_letter: AsyncDeadLetterHook | None,
-    ) -> None:
+    def _setup(self, settings: AioClientSettings, opts: ProducerOptions) -> None:
         """The retry buffer, the core over it, and the state ``start()`` fills in."""
         self._produce_timeout_s = opts.produce_timeout_s
         self._metadata_timeout_s = opts.metadata_timeout_s
-        self._opts = opts  # the refresher's settings (checked above), for start()
+        self._opts = opts  # the refresher's and the exporter's settings, for start()
 
         self._settings = settings
-        self._message_id_header = message_id_header
+        self._message_id_header = opts.message_id_header
         self._id_prefix = os.urandom(8).hex().encode()
-        self._dead_letter = dead_letter
+        self._dead_letter: AsyncDeadLetterHook | None = opts.dead_letter
         self._count_bytes = opts.choice.counts_bytes
         self._name = settings.client_id or f"failover-async-producer-{next(_names)}"
 
@@ -292,9 +231,12 @@ class AsyncFailoverProducer:
         )
         self._meta.start()
         self._retry_task = loop.create_task(self._retry_loop())
-        registry, port, addr = self._metrics_args
         self._metrics = ProducerMetrics(
-            self._name, self._metrics_snapshot, registry=registry, http_port=port, http_addr=addr
+            self._name,
+            self._metrics_snapshot,
+            registry=self._opts.metrics_registry,
+            http_port=self._opts.metrics_port,
+            http_addr=self._opts.metrics_addr,
         )
         self._state = _RUNNING
 

@@ -71,21 +71,18 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import confluent_kafka
 
 from failover_partitioner._config import (
-    STICKY_BYTES_DEFAULT,
-    STICKY_MESSAGES_DEFAULT,
     ClientSettings,
     FailoverConfigWarning,
-    ProducerOptions,
     check_positive_number,
     client_settings,
-    producer_options,
 )
 from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner._options import FailoverOptions, ProducerOptions, producer_options
 from failover_partitioner.choose import PartitionChooser
 from failover_partitioner.confluent._batching import Batching
 from failover_partitioner.confluent._shared import (
@@ -110,6 +107,9 @@ from failover_partitioner.metadata.confluent import ConfluentMetadataSource, adm
 from failover_partitioner.metrics import ProducerMetrics
 from retry_buffer import Entry, RetryBuffer
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.12 (PEP 692)
+
 __all__ = ["DeadLetterHook", "DeliveryCallback", "FailoverProducer", "ProducerStatistics"]
 
 logger = logging.getLogger(__name__)
@@ -122,89 +122,34 @@ class FailoverProducer(Batching):
     the inner client runs with ``retries=0``, ``message.timeout.ms=10000`` and
     ``request.timeout.ms=5000`` so that a refused message comes back within a round trip and is
     produced again elsewhere. ``conf['on_delivery']`` is the callback for messages produced
-    without one. See docs/configuration.md for every option.
+    without one. The keyword arguments are the failover options (:class:`FailoverOptions`:
+    ``min_insync_replicas``, ``strategy``, ``max_in_flight``, ...); an unknown one is refused.
+    See docs/configuration.md for every option and its default.
     """
 
-    def __init__(
-        self,
-        conf: Mapping[str, Any],
-        *,
-        min_insync_replicas: int | Mapping[str, int] | None = None,
-        strategy: str = "round_robin",
-        key_policy: str = "failover",
-        headroom: bool = False,
-        client_rack: str | None = None,
-        sticky_messages: int = STICKY_MESSAGES_DEFAULT,
-        sticky_bytes: int | None = STICKY_BYTES_DEFAULT,
-        max_in_flight: int = 50_000,
-        produce_timeout_s: float = 5.0,
-        delivery_timeout_s: float | None = None,
-        max_attempts: int | None = None,
-        retry_backoff_s: float = 0.01,
-        retry_backoff_max_s: float = 1.0,
-        metadata_refresh_s: float = 30.0,
-        metadata_fast_refresh_s: float = 0.5,
-        min_isr_refresh_s: float = 300.0,
-        metadata_timeout_s: float = 5.0,
-        quarantine_backoff_s: float = 0.5,
-        quarantine_max_s: float = 30.0,
-        message_id_header: str | None = None,
-        dead_letter: DeadLetterHook | None = None,
-        metrics_registry: Any = None,
-        metrics_port: int | None = None,
-        metrics_addr: str = "0.0.0.0",
-    ) -> None:
+    def __init__(self, conf: Mapping[str, Any], **options: Unpack[FailoverOptions]) -> None:
         settings = client_settings(conf)
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
-        opts = producer_options(
-            strategy=strategy,
-            key_policy=key_policy,
-            headroom=headroom,
-            client_rack=client_rack,
-            sticky_messages=sticky_messages,
-            sticky_bytes=sticky_bytes,
-            max_in_flight=max_in_flight,
-            produce_timeout_s=produce_timeout_s,
-            delivery_timeout_s=delivery_timeout_s,
-            max_attempts=max_attempts,
-            retry_backoff_s=retry_backoff_s,
-            retry_backoff_max_s=retry_backoff_max_s,
-            metadata_refresh_s=metadata_refresh_s,
-            metadata_fast_refresh_s=metadata_fast_refresh_s,
-            min_isr_refresh_s=min_isr_refresh_s,
-            metadata_timeout_s=metadata_timeout_s,
-            quarantine_backoff_s=quarantine_backoff_s,
-            quarantine_max_s=quarantine_max_s,
-            min_insync_replicas=min_insync_replicas,
-            message_id_header=message_id_header,
-            dead_letter=dead_letter,
-            metrics_port=metrics_port,
-            dead_letter_args="message, err",
-        )
-        self._setup_accounting(conf, opts, settings, message_id_header, dead_letter)
+        opts = producer_options(dead_letter_args="message, err", **options)
+        self._setup_accounting(conf, opts, settings)
         self._make_client(settings)
-        self._setup_paths(conf, opts, settings, message_id_header)
-        self._start_services(conf, opts, client_rack, metrics_registry, metrics_port, metrics_addr)
+        self._setup_paths(conf, opts, settings)
+        self._start_services(conf, opts)
         self._opened = True  # from here on, __del__ warns unless close() was called
 
     def _setup_accounting(
-        self,
-        conf: Mapping[str, Any],
-        opts: ProducerOptions,
-        settings: ClientSettings,
-        message_id_header: str | None,
-        dead_letter: DeadLetterHook | None,
+        self, conf: Mapping[str, Any], opts: ProducerOptions, settings: ClientSettings
     ) -> None:
         """The counters, the retry buffer and the record classes bound to them."""
         limit = opts.max_in_flight
         self._produce_timeout_s = opts.produce_timeout_s
         self._default_cb = settings.default_on_delivery
         self._only_errors = settings.report_only_errors
-        self._message_id_header = message_id_header
+        self._message_id_header = opts.message_id_header
         self._id_prefix = os.urandom(8).hex().encode()
         self._ids = itertools.count()
-        self._dead_letter = dead_letter
+        self._dead_letter = opts.dead_letter
         self._count_bytes = opts.choice.counts_bytes
         self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
         self._limit = limit
@@ -271,11 +216,7 @@ class FailoverProducer(Batching):
             raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
 
     def _setup_paths(
-        self,
-        conf: Mapping[str, Any],
-        opts: ProducerOptions,
-        settings: ClientSettings,
-        message_id_header: str | None,
+        self, conf: Mapping[str, Any], opts: ProducerOptions, settings: ClientSettings
     ) -> None:
         """The produce paths' shortcuts, and the core that decides for them."""
         limit = self._limit
@@ -287,9 +228,9 @@ class FailoverProducer(Batching):
         self._batch_step = min(10_000, limit)
         # A message needs a record when someone must hear of it: a callback (its own or the
         # default), or headers to keep for a retry (delivery reports do not carry them).
-        self._plain = self._default_cb is None and message_id_header is None
+        self._plain = self._default_cb is None and opts.message_id_header is None
         # A record can be made inline in produce() (no headers to build, no wrapper needed).
-        self._simple = message_id_header is None and not self._only_errors
+        self._simple = opts.message_id_header is None and not self._only_errors
         # The choosers of topics whose keyless messages without headers or timestamp take
         # produce()'s shortest path (filled only when every such message can).
         self._bare: dict[str, PartitionChooser] = {}
@@ -329,18 +270,10 @@ class FailoverProducer(Batching):
         self._attention = False
         self._attention_at = 0.0
 
-    def _start_services(
-        self,
-        conf: Mapping[str, Any],
-        opts: ProducerOptions,
-        client_rack: str | None,
-        metrics_registry: Any,
-        metrics_port: int | None,
-        metrics_addr: str,
-    ) -> None:
+    def _start_services(self, conf: Mapping[str, Any], opts: ProducerOptions) -> None:
         """The metadata thread and the metrics exporter."""
         self._source = ConfluentMetadataSource(
-            self._client, admin_config(conf), want_racks=client_rack is not None
+            self._client, admin_config(conf), want_racks=opts.choice.client_rack is not None
         )
         self._meta = MetadataRefresher(
             self._source,
@@ -356,9 +289,9 @@ class FailoverProducer(Batching):
             self._metrics = ProducerMetrics(
                 self._name,
                 self._metrics_snapshot,
-                registry=metrics_registry,
-                http_port=metrics_port,
-                http_addr=metrics_addr,
+                registry=opts.metrics_registry,
+                http_port=opts.metrics_port,
+                http_addr=opts.metrics_addr,
             )
         except Exception:
             self._client.close()

@@ -2,13 +2,13 @@
 
 The driver must reject bad settings before any task runs, yet must not build a producer: that
 would connect to the cluster and start threads on a machine that writes nothing. So the
-settings go through the same check ``FailoverProducer.__init__`` uses, and the client
-config through a confluent-kafka client that has no broker to reach.
+settings go through the same check ``FailoverProducer.__init__`` uses (every failover option
+the producer declares, none listed here), and the client config through a confluent-kafka
+client that has no broker to reach.
 """
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,12 +16,9 @@ from typing import Any, Protocol
 
 import confluent_kafka
 
-from failover_partitioner._config import (
-    FailoverConfigWarning,
-    client_settings,
-    producer_options,
-)
+from failover_partitioner._config import FailoverConfigWarning, client_settings
 from failover_partitioner._message import DeliveryReport, UndeliveredMessage
+from failover_partitioner._options import check_option_names, producer_options
 from failover_partitioner.confluent import DeadLetterHook, FailoverProducer, ProducerStatistics
 from failover_partitioner.errors import ConfigError
 
@@ -30,35 +27,6 @@ UNSUPPORTED_OPTIONS = {
     "metrics_port": "every Python worker of an executor would bind the same port",
     "metrics_addr": "the Spark writer does not start metrics exporters",
 }
-
-
-# The options validate() checks, through the same function as FailoverProducer.__init__ (a
-# test holds this set to the producer's signature, so a new option cannot slip past the driver).
-CHECKED_OPTIONS = frozenset(
-    {
-        "min_insync_replicas",
-        "strategy",
-        "key_policy",
-        "headroom",
-        "client_rack",
-        "sticky_messages",
-        "sticky_bytes",
-        "max_in_flight",
-        "produce_timeout_s",
-        "delivery_timeout_s",
-        "max_attempts",
-        "retry_backoff_s",
-        "retry_backoff_max_s",
-        "metadata_refresh_s",
-        "metadata_fast_refresh_s",
-        "min_isr_refresh_s",
-        "metadata_timeout_s",
-        "quarantine_backoff_s",
-        "quarantine_max_s",
-        "message_id_header",
-        "dead_letter",
-    }
-)
 
 
 class Producer(Protocol):
@@ -133,34 +101,18 @@ def validate(config: Mapping[str, Any], options: Mapping[str, Any]) -> None:
     Client-setting warnings (e.g. a delivery timeout that delays rerouting) are issued here,
     on the driver, where the user sees them.
     """
-    args = _bind(config, options)
-    settings = client_settings(config)
-    for text in settings.warnings:
-        warnings.warn(text, FailoverConfigWarning, stacklevel=4)
-    _check_client_config(settings.client_conf)
-    taken = inspect.signature(producer_options).parameters
-    producer_options(
-        **{name: value for name, value in args.items() if name in taken},
-        dead_letter_args="message, err",
-    )
-
-
-def _bind(config: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
     for name, why in UNSUPPORTED_OPTIONS.items():
         if name in options:
             raise ConfigError(
                 f"failover option {name!r} is not supported by the Spark writer: {why}."
             )
-    parameters = inspect.signature(FailoverProducer).parameters
-    known = [n for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ConfigError(
-            f"unknown failover option(s) {unknown}; FailoverProducer takes {sorted(known)}."
-        )
-    bound = inspect.signature(FailoverProducer).bind(config, **options)
-    bound.apply_defaults()
-    return dict(bound.arguments)
+    check_option_names(options)
+    settings = client_settings(config)
+    for text in settings.warnings:
+        warnings.warn(text, FailoverConfigWarning, stacklevel=4)
+    _check_client_config(settings.client_conf)
+    # The options not given take their defaults there, as in the producer.
+    producer_options(dead_letter_args="message, err", **options)
 
 
 def _check_client_config(client_conf: Mapping[str, Any]) -> None:
