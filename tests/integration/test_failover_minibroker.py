@@ -38,6 +38,13 @@ FAST = {
 }
 MESSAGES = 200_000
 RATE_PER_S = 12_000  # steady: about 17 s of producing
+# Writes appended just before a partition fell under min ISR wait for a high watermark that no
+# longer advances, and are answered at request.timeout.ms (5 s here); a broker answers one
+# request per connection at a time, so every ack from that leader waits as long. At RATE_PER_S
+# about 60,000 messages are then in flight: under the default bound of 50,000, produce() would
+# wait for room (backpressure, measured ~0.9 s here, over 1 s on a loaded machine). These tests
+# measure the routing, so the bound is above the peak; test_reliability_outage holds the bound.
+IN_FLIGHT = 100_000
 
 
 @pytest.fixture
@@ -185,7 +192,9 @@ def check_everything_consumed_back(
 
 
 def test_two_brokers_stop_mid_run_and_nothing_is_lost(cluster: Cluster) -> None:
-    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    p = FailoverProducer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}, max_in_flight=IN_FLIGHT
+    )
     assert p.health("orders").min_insync_replicas == 2  # learnt by DescribeConfigs
 
     def stop_two() -> None:
@@ -212,7 +221,9 @@ def test_two_brokers_stop_mid_run_and_nothing_is_lost(cluster: Cluster) -> None:
 
 
 def test_an_isolated_leader_is_routed_around(cluster: Cluster) -> None:
-    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    p = FailoverProducer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}, max_in_flight=IN_FLIGHT
+    )
     p.health("orders")
     leader = cluster.partition_state("orders", 0).leader
     assert leader is not None
