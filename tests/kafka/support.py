@@ -3,9 +3,11 @@ waiting for the cluster's view, and reading a topic back to its end."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,12 +20,16 @@ from tests.realkafka.cluster import KafkaCluster
 __all__ = [
     "FAULTY",
     "PARTITIONS",
+    "SPARED",
+    "committed",
     "degraded",
     "doomed",
+    "group_away_from_faults",
     "high_watermarks",
     "new_topic",
     "produce_steadily",
     "read_back",
+    "reassign",
     "spread",
     "wait_for",
     "whole",
@@ -184,3 +190,95 @@ def read_back(
         return out
     finally:
         consumer.close()
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        consumer.close()
+
+
+def reassign(cluster: KafkaCluster, topic: str, partition: int, replicas: list[int]) -> None:
+    """Give ``topic`` [``partition``] these replicas, the first its preferred leader, as
+    kafka-reassign-partitions does (AlterPartitionReassignments); waiting for the move is the
+    caller's."""
+    with warnings.catch_warnings():
+        # kafka-python (the Python client with AlterPartitionReassignments) loads its schemas
+        # with importlib.resources.read_text (deprecated); its sockets are closed.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import KafkaAdminClient
+        from kafka.structs import TopicPartition as KafkaTopicPartition
+
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        try:
+            refused = admin.alter_partition_reassignments(
+                {KafkaTopicPartition(topic, partition): replicas}
+            )
+        finally:
+            admin.close()
+    assert not any(refused.values()), f"reassignment refused: {refused}"
+
+
+# The brokers the tests here never pause.
+SPARED = [b for b in range(1, 6) if b not in FAULTY]
+
+
+def group_away_from_faults(cluster: KafkaCluster, prefix: str) -> str:
+    """A group id whose coordinator (the leader of its __consumer_offsets partition) is not on
+    a broker the test pauses, and whose partition keeps min ISR meanwhile: the mirror's group
+    then keeps its members and commits through the fault, as a mirror whose source is another
+    cluster would (here source and target share one)."""
+
+    def offsets_layout() -> dict[int, Any]:
+        return {v.partition: v for v in cluster.describe("__consumer_offsets")}
+
+    if not offsets_layout():
+        # The first group request creates __consumer_offsets (answered NOT_COORDINATOR or
+        # COORDINATOR_NOT_AVAILABLE while it is being created).
+        with contextlib.suppress(KafkaException):
+            committed(cluster.bootstrap_servers, "warm-up", "__consumer_offsets", 1)
+        wait_for(lambda: bool(offsets_layout()), 60, "__consumer_offsets")
+
+    def usable() -> list[int]:
+        return [
+            p
+            for p, v in offsets_layout().items()
+            if v.leader not in FAULTY and not set(FAULTY) <= set(v.replicas)
+        ]
+
+    # Earlier faults (a chaos run, a killed broker restarted by the fixture's heal) leave
+    # replicas catching up for a while: wait for every replica to be back in first.
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: whole(cluster, "__consumer_offsets"), 60, "__consumer_offsets whole")
+    if not usable():
+        # Every partition is led by a broker the test pauses or has both among its replicas
+        # (then its ISR falls under min ISR during the pause: the group can neither commit nor
+        # rejoin, and its members are expired). Move one partition's replicas to brokers the
+        # test leaves alone, as an operator would with kafka-reassign-partitions.
+        moved = min(offsets_layout())
+        reassign(cluster, "__consumer_offsets", moved, SPARED[:3])
+        wait_for(lambda: moved in usable() and whole(cluster, "__consumer_offsets"), 60, "move")
+    layout = offsets_layout()
+    good = set(usable())
+    for _ in range(100_000):
+        group = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        partition = _java_abs(_java_hash(group)) % len(layout)
+        if partition in good:
+            # Shown when the test fails: where the group's coordinator was.
+            print(f"group {group}: __consumer_offsets[{partition}] {layout[partition]}")
+            return group
+    raise AssertionError(f"no group id maps to a __consumer_offsets partition in {sorted(good)}")
+
+
+def _java_hash(text: str) -> int:
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _java_abs(n: int) -> int:
+    return 0 if n == -(1 << 31) else abs(n)  # Kafka's Utils.abs

@@ -24,7 +24,7 @@ from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
 from failover_partitioner import FailoverProducer
 from failover_partitioner.errors import classify
 from tests.integration.test_minibroker_protocol import Wire
-from tests.kafka.support import FAULTY, degraded, new_topic, read_back, wait_for
+from tests.kafka.support import FAULTY, degraded, new_topic, read_back, reassign, wait_for
 from tests.realkafka.cluster import KafkaCluster
 
 
@@ -178,17 +178,7 @@ def preferred_leader_ahead(cluster: KafkaCluster, prefix: str) -> str:
     leader: a preferred-leader election moves it to broker 2 when asked, not before."""
     topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, assignment=[[1, 2, 3]])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from kafka.structs import TopicPartition as KafkaTopicPartition
-
-        from kafka import KafkaAdminClient
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
-    try:
-        refused = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): [2, 1, 3]})
-    finally:
-        admin.close()
-    assert not any(refused.values()), f"reassignment refused: {refused}"
+    reassign(cluster, topic, 0, [2, 1, 3])
     wait_for(
         lambda: [(v.leader, v.replicas) for v in cluster.describe(topic)] == [(1, (2, 1, 3))],
         30,

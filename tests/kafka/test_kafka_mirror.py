@@ -20,21 +20,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from failover_partitioner.mirror import HEADER_SOURCE
 from tests.integration.test_reliability_mirror_crash import MirrorProcess, SourceWriter
 from tests.kafka.support import (
     FAULTY,
     PARTITIONS,
+    committed,
     degraded,
+    group_away_from_faults,
     high_watermarks,
     read_back,
     spread,
     wait_for,
     whole,
 )
-from tests.kafka.test_kafka_mirror_topics import group_away_from_faults
 from tests.realkafka.cluster import KafkaCluster
 
 pytestmark = pytest.mark.chaos
@@ -55,15 +55,6 @@ def payload(i: int) -> bytes:
 
 def delivered_at_least(mirror: MirrorProcess, count: int) -> bool:
     return int(mirror.latest.get("delivered", 0)) >= count
-
-
-def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        consumer.close()
 
 
 def test_mirror_killed_three_times_with_target_brokers_paused_loses_nothing(
@@ -153,10 +144,13 @@ def test_mirror_killed_three_times_with_target_brokers_paused_loses_nothing(
         source_ends = high_watermarks(cluster.bootstrap_servers, source)
         assert sum(source_ends.values()) == MESSAGES
         wait_for(
-            lambda: committed(cluster.bootstrap_servers, group, source) == source_ends,
+            lambda: committed(cluster.bootstrap_servers, group, source, PARTITIONS) == source_ends,
             120,
             "the group to commit the whole source",
-            lambda: (committed(cluster.bootstrap_servers, group, source), mirror.tail()),
+            lambda: (
+                committed(cluster.bootstrap_servers, group, source, PARTITIONS),
+                mirror.tail(),
+            ),
         )
         assert mirror.terminate() == 0, mirror.tail()
     finally:
