@@ -335,6 +335,16 @@ class PartitionChooser:
             return None
         return self._plan.cycle
 
+    def keyless_rotation(self) -> Iterator[int] | Literal[False]:
+        """The keyless choice for a producer's healthy path while the topic is not whole: the
+        plan's own rotation over the usable partitions (``next()`` of it is what
+        ``next_keyless()`` would answer). False when a choice needs the message's size, or
+        when no partition is usable (messages then wait). Keyed messages are not covered: a
+        key whose partition is out of use is the chooser's to place."""
+        if self._options.counts_bytes or not self._plan.candidates:
+            return False
+        return self._plan.cycle
+
     def replace_view(self, view: TopicView) -> None:
         """Swap in ``view`` when it differs from the current one only in its fetch time."""
         self._view = view

@@ -5,7 +5,8 @@ Kafka error; metadata showing partitions under min ISR or back; time passing; cl
 Whatever the order: in flight never exceeds the limit; every admitted message ends exactly once
 (delivered, finally failed, or handed back by close) and, until then, is either with the client
 or waiting in the failed buffer; a quarantined partition gets no message until it is released,
-and no message goes to a partition the metadata shows unusable.
+and no message goes to a partition the metadata shows unusable, through the router or the
+healthy path's rotation.
 """
 
 from __future__ import annotations
@@ -193,6 +194,29 @@ class CoreMachine(RuleBasedStateMachine):
         if state is not None:
             for p in state.quarantine.partitions:
                 assert not state.chooser.usable(p), f"quarantined {p} is choosable"
+
+    @invariant()
+    def the_healthy_path_offers_only_choosable_partitions(self) -> None:
+        """What a shell may send straight to the client: the rotation of a topic (whole, or
+        with some partitions out of use) names only partitions the chooser would, and only a
+        topic with every partition usable lets its keys go to the client; nothing while a
+        failed message waits."""
+        if not hasattr(self, "core"):
+            return
+        rotations, whole = self.core.healthy_path(self.buffer.failed_depth)
+        if self.buffer.failed_depth:
+            assert (rotations, whole) == ({}, frozenset())
+            return
+        state = self.core.topics.get(TOPIC)
+        if state is None or TOPIC not in rotations:
+            return
+        assert (TOPIC in whole) == state.chooser.view.whole
+        rotation = rotations[TOPIC]
+        assert rotation is not None, "no client partitioner was declared"
+        for _ in range(2 * self.partitions):
+            p = next(rotation)
+            assert state.chooser.usable(p), f"the healthy path offers partition {p}"
+            assert state.usable_by_metadata(p), f"partition {p} is not usable"
 
 
 CoreMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

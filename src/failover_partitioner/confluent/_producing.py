@@ -85,13 +85,13 @@ class Producing(Delivering):
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, _ANY_PARTITION, fresh)
                 return
-        rotation = self._whole.get(topic, _NOT_WHOLE)
+        rotation = self._rotations.get(topic, _NOT_WHOLE)
         if (
             rotation is not _NOT_WHOLE
             and headers is None
             and timestamp is None
             and partition is None  # a preference is checked against the view, below
-            and (key is None or self._client_keyed)
+            and (key is None or topic in self._whole)  # keys: the client's murmur2, if whole
         ):
             p = _ANY_PARTITION if rotation is None or key is not None else next(rotation)
             if on_delivery is None:
@@ -290,7 +290,7 @@ class Producing(Delivering):
             self._poll_client(0.005)
             if self._attention:
                 self._service()
-            if topic not in self._whole:
+            if topic not in self._rotations:
                 # Off the healthy path meanwhile (a failure came back and waits): the failover
                 # path places it, once the failed buffer and the client leave room for it.
                 if not self._buffer.has_room():

@@ -45,7 +45,7 @@ _LOCAL_UNKNOWN = frozenset({-190, -188})
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
 
-# produce()'s healthy path: what _whole gives for a topic that is not on it.
+# produce()'s healthy path: what _rotations gives for a topic that is not on it.
 _NOT_WHOLE: Any = object()
 
 # produce_batch: the keys a message dict may have, and the keys of one the client takes as is.

@@ -68,7 +68,8 @@ class ProducerState:
     _simple: bool
     _bare: dict[str, PartitionChooser]
     _bare_ok: bool
-    _whole: dict[str, Iterator[int] | None]
+    _rotations: dict[str, Iterator[int] | None]
+    _whole: set[str]
     _placed: set[str]
     _whole_lock: threading.Lock
     _client_keyed: bool
@@ -94,13 +95,17 @@ class ProducerState:
             self._attention = True
             self._placed.clear()
             self._whole.clear()
+            self._rotations.clear()
 
     def _reopen_whole(self) -> None:
-        """Nothing waits: whole topics take the healthy path again."""
+        """Nothing waits: the topics take the healthy path again (a topic not whole, for its
+        keyless messages)."""
         with self._whole_lock:
             if self._attention or self._closed or not self._bare_ok:
                 return
-            whole = self._core.healthy_path(self._buffer.failed_depth)
-            self._whole.update(whole)
-            if self._client_keyed and self._default_cb is None:
-                self._placed.update(t for t, rotation in whole.items() if rotation is None)
+            rotations, whole = self._core.healthy_path(self._buffer.failed_depth)
+            self._rotations.update(rotations)
+            if self._client_keyed:
+                self._whole.update(whole)
+                if self._default_cb is None:
+                    self._placed.update(t for t in whole if rotations[t] is None)

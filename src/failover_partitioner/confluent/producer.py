@@ -19,8 +19,10 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   record without a callback (the client's one config-level callback, ``_report_for``, counts
   a delivery and rebuilds a failed message from the report), and with one a record holding
   only the message and the callback. The first failure, quarantine, metadata change or message
-  that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts whole
-  topics back once nothing waits (``_reopen_whole``).
+  that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts the
+  topics back once nothing waits (``_reopen_whole``). A topic some of whose partitions are
+  out of use (under min ISR, no leader) stays on the path for its keyless messages, placed by
+  the chooser's own rotation over the usable partitions; its keyed ones take the chooser's.
 * **Other first attempts** go to the client with an explicit ``partition=`` chosen from the
   topic's current :class:`~failover_partitioner.health.TopicView` (confluent-kafka cannot take
   a Python partitioner), except where librdkafka's own partitioner follows the same rule while
@@ -235,11 +237,14 @@ class FailoverProducer(Batching):
         # produce()'s shortest path (filled only when every such message can).
         self._bare: dict[str, PartitionChooser] = {}
         self._bare_ok = self._simple and not self._count_bytes
-        # The healthy path's topics (whole, nothing waiting): the keyless rotation of each, or
-        # None where the client places keyless messages itself.
+        # The healthy path's topics (nothing waiting): the keyless rotation of each (over the
+        # usable partitions), or None where the client places keyless messages itself.
         # Emptied under _whole_lock whenever something starts waiting or a view changes;
         # filled again by _service once nothing waits (_reopen_whole).
-        self._whole: dict[str, Iterator[int] | None] = {}
+        self._rotations: dict[str, Iterator[int] | None] = {}
+        # Those of them with every partition usable, whose keyed messages the client places
+        # (murmur2) when it is the Java client's partitioner; empty otherwise.
+        self._whole: set[str] = set()
         # Those of them whose every message the client places (keys too), when there is no
         # default callback: a message without a callback needs no more than the lookup.
         self._placed: set[str] = set()

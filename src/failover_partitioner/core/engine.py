@@ -23,7 +23,8 @@ to it failed                                it closely, leave the healthy path);
 ``tick()``: time passed                     :class:`Tick`: quarantines released, when to look
                                             again; then :meth:`due` gives the messages to send
 ``healthy_path()``                          the topics whose messages may go straight to the
-                                            client, and their keyless rotation
+                                            client: their keyless rotation (over the usable
+                                            partitions), and which are whole (keys too)
 =========================================  ===================================================
 
 The bound on what is in flight, the backoff and the "every message ends once" accounting are
@@ -324,18 +325,28 @@ class FailoverCore(Generic[E]):
 
     # -- the healthy path -------------------------------------------------------------------
 
-    def healthy_path(self, failed_depth: int) -> dict[str, Iterator[int] | None]:
-        """The topics whose messages may go straight to the client, with the keyless rotation
-        of each (None: the client places them): every partition usable, nothing waiting.
-        The path is off (an empty answer) while anything waits in the failed buffer."""
+    def healthy_path(
+        self, failed_depth: int
+    ) -> tuple[dict[str, Iterator[int] | None], frozenset[str]]:
+        """The topics whose messages may go straight to the client, and how: ``(rotations,
+        whole)``. ``rotations`` holds each topic's keyless rotation (None: the client places
+        them), for a whole topic and for one some of whose partitions are out of use (the
+        rotation then covers the usable ones); ``whole`` names the topics with every partition
+        usable, whose keyed messages may go straight too. The path is off (nothing) while
+        anything waits in the failed buffer."""
         if failed_depth:
-            return {}
-        whole: dict[str, Iterator[int] | None] = {}
+            return {}, frozenset()
+        rotations: dict[str, Iterator[int] | None] = {}
+        whole: set[str] = set()
         for topic, chooser in list(self.choosers.items()):
             rotation = chooser.whole_rotation(self._client_sticky)
             if rotation is not False:
-                whole[topic] = rotation
-        return whole
+                whole.add(topic)
+            elif not chooser.view.whole:
+                rotation = chooser.keyless_rotation()
+            if rotation is not False:
+                rotations[topic] = rotation
+        return rotations, frozenset(whole)
 
     def whole(self, topic: str) -> bool:
         chooser = self.choosers.get(topic)
