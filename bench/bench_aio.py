@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
 
 from failover_partitioner import AsyncFailoverProducer
-from harness import Figure, MinibrokerProcess
+from harness import Figure, MinibrokerProcess, runs_under_fault
 
 VALUE = b"x" * 100
 TOPIC = "bench-aio"
@@ -60,34 +60,20 @@ async def _failover_rate(bootstrap: str, n: int) -> float:
 
 def _fault_figure(n: int, repeats: int) -> Figure:
     """The rate while brokers 4 and 5 of five are stopped, against a healthy twin cluster."""
-    config = {
-        "min.insync.replicas": "2",
-        "replica.lag.time.max.ms": "300",
-        "broker.session.timeout.ms": "300",
-    }
-    with MinibrokerProcess(5, config) as healthy_cluster, MinibrokerProcess(5, config) as faulty:
-        for c in (healthy_cluster, faulty):
-            c.call("create_topic", TOPIC, PARTITIONS, 3)
-            asyncio.run(_failover_rate(c.bootstrap_servers, n // 10))  # warm-up
-        faulty.call("stop_broker", 4)
-        faulty.call("stop_broker", 5)
-        transition = asyncio.run(_failover_rate(faulty.bootstrap_servers, n))
-        healthy: list[float] = []
-        fault: list[float] = []
-        for _ in range(repeats):
-            healthy.append(asyncio.run(_failover_rate(healthy_cluster.bootstrap_servers, n)))
-            fault.append(asyncio.run(_failover_rate(faulty.bootstrap_servers, n)))
+    runs = runs_under_fault(
+        lambda bootstrap: asyncio.run(_failover_rate(bootstrap, n)), TOPIC, PARTITIONS, repeats
+    )
     return Figure(
         issue=20,
         name="AsyncFailoverProducer msgs/s, brokers 4+5 stopped vs healthy",
-        value=statistics.median(fault),
-        reference=statistics.median(healthy),
+        value=statistics.median(runs.faulty),
+        reference=statistics.median(runs.healthy),
         unit="msgs/s",
         target=0.95,
         note=(
             f"{n} x 100 B, 5 brokers RF=3 min ISR 2, each cluster in its own process; first run "
-            f"after the stop (transition included) {transition:.0f}; runs healthy "
-            f"{[round(r) for r in healthy]}, fault {[round(r) for r in fault]}"
+            f"after the stop (transition included) {runs.transition}; runs healthy "
+            f"{[round(r) for r in runs.healthy]}, fault {[round(r) for r in runs.faulty]}"
         ),
     )
 

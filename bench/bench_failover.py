@@ -34,9 +34,8 @@ from confluent_kafka import Producer
 
 from failover_partitioner import FailoverProducer, PartitionMetadata, TopicMetadata, TopicView
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
-from failover_partitioner.errors import ProduceTimeout
 from failover_partitioner.testing import MockCluster
-from harness import Figure, MinibrokerProcess
+from harness import FAULT_CONFIG, Figure, MinibrokerProcess, runs_under_fault
 
 ISSUE = 6
 HEALTHY_PATH_ISSUE = 20
@@ -355,13 +354,8 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
         import minibroker  # noqa: F401  # only to know it is there
     except ImportError:
         return []
-    config = {
-        "min.insync.replicas": "2",
-        "replica.lag.time.max.ms": "300",
-        "broker.session.timeout.ms": "300",
-    }
     figures = []
-    cluster = MinibrokerProcess(5, config)
+    cluster = MinibrokerProcess(5, FAULT_CONFIG)
     try:
         cluster.call("create_topic", TOPIC, PARTITIONS, 3)
         for name, per_message, options, target in _HEALTHY_FIGURES:
@@ -380,43 +374,20 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
         figures.extend(_batch_figures(cluster.bootstrap_servers, n, repeat, "minibroker"))
     finally:
         cluster.close()
-    # Healthy and faulty clusters side by side, measured alternately, so that load from
-    # elsewhere on the machine falls on both.
-    healthy_cluster = MinibrokerProcess(5, config)
-    faulty_cluster = MinibrokerProcess(5, config)
-    try:
-        for c in (healthy_cluster, faulty_cluster):
-            c.call("create_topic", TOPIC, PARTITIONS, 3)
-            _failover_rate(c.bootstrap_servers, n // 4, False)  # warm-up
-        faulty_cluster.call("stop_broker", 4)
-        faulty_cluster.call("stop_broker", 5)
-        # The first run right after the stop includes the transition: failures,
-        # quarantines, rerouting, leader elections. Writes held in a request with a partition
-        # that fell under min ISR are answered at request.timeout.ms (5 s), and the client's
-        # queue fills meanwhile: produce() may then wait out produce_timeout_s (also 5 s).
-        try:
-            rate = _failover_rate(faulty_cluster.bootstrap_servers, n, False)[0]
-            transition = f"{rate:.0f} msg/s"
-        except ProduceTimeout as exc:
-            transition = f"ProduceTimeout after {exc.timeout_s:.0f} s (queue full of held writes)"
-        healthy, faulty = [], []
-        for _ in range(repeat):
-            healthy.append(_failover_rate(healthy_cluster.bootstrap_servers, n, False)[0])
-            faulty.append(_failover_rate(faulty_cluster.bootstrap_servers, n, False)[0])
-        figures.append(
-            Figure(
-                issue=HEALTHY_PATH_ISSUE,
-                name="minibroker: FailoverProducer with brokers 4,5 down vs healthy",
-                value=statistics.median(faulty),
-                reference=statistics.median(healthy),
-                unit="msg/s",
-                target=0.95,
-                note=f"first run after the stop (transition included): {transition}",
-            )
+    runs = runs_under_fault(
+        lambda bootstrap: _failover_rate(bootstrap, n, False)[0], TOPIC, PARTITIONS, repeat
+    )
+    figures.append(
+        Figure(
+            issue=HEALTHY_PATH_ISSUE,
+            name="minibroker: FailoverProducer with brokers 4,5 down vs healthy",
+            value=statistics.median(runs.faulty),
+            reference=statistics.median(runs.healthy),
+            unit="msg/s",
+            target=0.95,
+            note=f"first run after the stop (transition included): {runs.transition}",
         )
-    finally:
-        healthy_cluster.close()
-        faulty_cluster.close()
+    )
     return figures
 
 

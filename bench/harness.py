@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from failover_partitioner.errors import ProduceTimeout
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Figure:
@@ -108,3 +110,51 @@ class MinibrokerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Minibroker settings for the fault figures: a stopped broker leaves the ISR and is fenced
+# within a third of a second, so the runs after the stop measure the fault, not its onset.
+FAULT_CONFIG = {
+    "min.insync.replicas": "2",
+    "replica.lag.time.max.ms": "300",
+    "broker.session.timeout.ms": "300",
+}
+
+
+@dataclass(frozen=True)
+class FaultRuns:
+    """Rates of one producer on a healthy cluster and on its twin with two brokers stopped."""
+
+    transition: str  # the first run after the stop, or what stopped it
+    healthy: list[float]
+    faulty: list[float]
+
+
+def runs_under_fault(
+    rate: Callable[[str], float], topic: str, partitions: int, repeat: int
+) -> FaultRuns:
+    """``rate(bootstrap)`` on two 5-broker clusters (RF 3, min ISR 2), each in a process of its
+    own, after brokers 4 and 5 of one are stopped: first once right after the stop (the
+    transition: failures, quarantines, elections), then ``repeat`` rounds alternating the two
+    clusters, so that load from elsewhere on the machine falls on both."""
+    with (
+        MinibrokerProcess(5, FAULT_CONFIG) as healthy,
+        MinibrokerProcess(5, FAULT_CONFIG) as faulty,
+    ):
+        for cluster in (healthy, faulty):
+            cluster.call("create_topic", topic, partitions, 3)
+            rate(cluster.bootstrap_servers)  # warm-up: connections, code paths
+        faulty.call("stop_broker", 4)
+        faulty.call("stop_broker", 5)
+        # Writes held in a request with a partition that fell under min ISR are answered at
+        # the request timeout (5 s), and the client's queue fills meanwhile: a producer may
+        # then wait out its produce timeout (also 5 s) and refuse a message.
+        try:
+            transition = f"{rate(faulty.bootstrap_servers):.0f} msg/s"
+        except ProduceTimeout as exc:
+            transition = f"ProduceTimeout after {exc.timeout_s:g} s (queue full of held writes)"
+        runs = FaultRuns(transition, [], [])
+        for _ in range(repeat):
+            runs.healthy.append(rate(healthy.bootstrap_servers))
+            runs.faulty.append(rate(faulty.bootstrap_servers))
+    return runs

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final, TypedDict, cast
 
 from prometheus_client import CollectorRegistry
@@ -127,14 +127,7 @@ OPTION_DEFAULTS: Final[FailoverOptions] = {
 OPTION_NAMES: Final = FailoverOptions.__optional_keys__
 
 # The options ChoiceOptions checks (and holds).
-_CHOICE_NAMES = (
-    "strategy",
-    "key_policy",
-    "headroom",
-    "client_rack",
-    "sticky_messages",
-    "sticky_bytes",
-)
+_CHOICE_NAMES = tuple(f.name for f in fields(ChoiceOptions))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -308,17 +308,7 @@ class Producing(Delivering):
                 continue
             except BaseException as again:
                 raise again from None
-        message = UndeliveredMessage(
-            topic=topic,
-            value=value,
-            key=key,
-            headers=None,
-            timestamp=None,
-            attempts=0,
-            last_error=None,
-            possibly_delivered=False,
-        )
-        raise ProduceTimeout(message, limit=self._limit, timeout_s=self._produce_timeout_s)
+        raise self._timed_out(topic, value, key, None, None)
 
     def _produce_with_record(
         self,
@@ -358,27 +348,38 @@ class Producing(Delivering):
     ) -> None:
         """Serve callbacks and retries until ``need`` messages fit under the in-flight limit,
         or time out."""
-        timeout = self._produce_timeout_s
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self._produce_timeout_s
         has_room = self._buffer.has_room
         while not has_room(need):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._in_callback():
-                out = _normalise_headers(headers, topic)
-                message = UndeliveredMessage(
-                    topic=topic,
-                    value=value,
-                    key=key,
-                    headers=None if out is None else tuple(out),
-                    timestamp=timestamp,
-                    attempts=0,
-                    last_error=None,
-                    possibly_delivered=False,
-                )
-                raise ProduceTimeout(message, limit=self._limit, timeout_s=timeout)
+                raise self._timed_out(topic, value, key, headers, timestamp)
             self._poll_client(min(remaining, 0.05))
             if self._attention:
                 self._service()
+
+    def _timed_out(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: object,
+        timestamp: int | None,
+    ) -> ProduceTimeout:
+        """The refusal of a message that waited ``produce_timeout_s`` for room (not accepted:
+        the exception carries it back)."""
+        out = _normalise_headers(headers, topic)
+        message = UndeliveredMessage(
+            topic=topic,
+            value=value,
+            key=key,
+            headers=None if out is None else tuple(out),
+            timestamp=timestamp,
+            attempts=0,
+            last_error=None,
+            possibly_delivered=False,
+        )
+        return ProduceTimeout(message, limit=self._limit, timeout_s=self._produce_timeout_s)
 
     def _dispatch(self, rec: _Record, *, first: bool = False, prefer: int | None = None) -> None:
         """Choose a partition and hand ``rec`` to the client, or let it wait. ``prefer``: the
