@@ -569,3 +569,76 @@ def test_a_leader_move_is_seen_while_the_broker_asked_for_metadata_hangs(
     finally:
         mock.delay_broker(asked, 0)
         p.close()
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
+def test_without_callbacks_failures_are_rebuilt_from_failure_reports_alone(
+    mock: MockCluster, keyed: bool
+) -> None:
+    """A producer without callbacks sends on its quiet client (failures reported, deliveries
+    not): while a broker refuses every Produce, its messages are rebuilt from the failure
+    reports and delivered elsewhere, each exactly once, and the statistics count every
+    delivery though no report said so."""
+    p = producer(mock, ready=TOPIC)
+    assert p._quiet is not None, "no callback anywhere: the producer starts quiet"
+    bad = leaders(p)[0]
+    bad_partitions = {part for part, b in leaders(p).items() if b == bad}
+    n = 3000
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
+        for i in range(n):
+            p.produce(TOPIC, b"q%d" % i, key=b"k%d" % i if keyed else None)
+            if i % 200 == 0:
+                p.poll(0.002)
+        assert p.flush(30) == 0
+    stats = p.statistics()
+    assert p._quiet is not None, "still quiet: retries go to the main client, first tries not"
+    assert p.close() == []
+    assert (stats.produced, stats.delivered, stats.final_failures, stats.in_flight) == (n, n, 0, 0)
+    assert stats.quarantines >= 1, "some went to the refusing broker first"
+    records = consume_all(mock, n)
+    values = Counter(m.value() for m in records)
+    assert set(values) == {b"q%d" % i for i in range(n)}
+    assert max(values.values()) == 1
+    assert not {m.partition() for m in records} & bad_partitions
+
+
+def test_the_first_callback_lets_earlier_messages_land_first(mock: MockCluster) -> None:
+    """Messages without a callback go on the quiet client; the first one with a callback
+    ends that mode. It is sent only once the quiet client's messages have ended, so within a
+    partition it lands after every message produced before it (one key: one partition);
+    from then on every message takes the main client, and the counts stay exact."""
+    p = producer(mock, ready=TOPIC, conf={"linger.ms": 200})
+    n = 2000
+    for i in range(n):
+        p.produce(TOPIC, b"early%d" % i, key=b"same")
+    reports = Reports()
+    p.produce(TOPIC, b"with-callback", key=b"same", on_delivery=reports)
+    assert p._quiet is None, "a callback ends the quiet mode"
+    for i in range(10):
+        p.produce(TOPIC, b"late%d" % i, key=b"same")
+    assert p.flush(30) == 0
+    stats = p.statistics()
+    p.close()
+    assert (stats.produced, stats.delivered, stats.in_flight) == (n + 11, n + 11, 0)
+    assert [err for [(err, _, _)] in reports.by_value.values()] == [None]
+    records = consume_all(mock, n + 11)
+    partition = partition_for_key(b"same", PARTITIONS)
+    order = [m.value() for m in sorted(records, key=lambda m: m.offset())]
+    assert {m.partition() for m in records} == {partition}
+    assert order == [b"early%d" % i for i in range(n)] + [b"with-callback"] + [
+        b"late%d" % i for i in range(10)
+    ]
+
+
+def test_a_default_callback_means_no_quiet_client(mock: MockCluster) -> None:
+    """With conf['on_delivery'] every message needs its report: one client, no quiet mode."""
+    got: list[Any] = []
+    p = producer(mock, ready=TOPIC, conf={"on_delivery": lambda err, r: got.append(err)})
+    assert p._quiet_client is None
+    assert p._quiet is None
+    for i in range(100):
+        p.produce(TOPIC, b"d%d" % i)
+    assert p.flush(30) == 0
+    assert p.statistics().delivered == 100
+    p.close()
+    assert got == [None] * 100

@@ -47,6 +47,8 @@ class Batching(Producing):
             raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
         if self._attention:
             self._service()
+        if on_delivery is not None and self._quiet is not None:
+            self._end_quiet()
         refused: list[tuple[int, BaseException]] = []
         chooser = self._bare.get(topic)
         if chooser is None:
@@ -114,6 +116,7 @@ class Batching(Producing):
         """Hand ``chunk`` (value-only dicts, ``cb`` their callback or None) to the client, one
         call per partition; False when it could not be counted in (the rest is then refused)."""
         k = len(chunk)
+        refused_before = len(refused)
         if not self._buffer.has_room(k):
             try:
                 # Waits until the chunk fits under max_in_flight.
@@ -141,8 +144,11 @@ class Batching(Producing):
                 group.extend(part)
         # The client's reports go to one callable for the chunk: the producer's own when nobody
         # listens, else one that makes each message's record only when its report comes.
-        report = self._report_cb if cb is None else functools.partial(self._report_to, cb)
-        batch = self._produce_batch_raw
+        if cb is None:
+            report, batch = self._report_cb, self._produce_batch_raw
+        else:
+            report = functools.partial(self._report_to, cb)
+            batch = self._produce_batch_reported
         for p, group in groups.items():
             try:
                 queued = batch(topic, group, partition=p, on_delivery=report)
@@ -167,4 +173,6 @@ class Batching(Producing):
             except Exception as exc:
                 index = next(i for i, x in enumerate(chunk) if x is m)
                 refused.append((start + index, exc))
+        with self._count_lock:
+            self._batched += k - (len(refused) - refused_before)
         return True

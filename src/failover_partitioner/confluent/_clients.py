@@ -56,42 +56,81 @@ class Clients(ProducerState):
 
     def _raise_if_refused(self, exc: MetadataUnavailable) -> None:
         """Raise AuthenticationFailed instead of ``exc`` when a refused login is the cause."""
-        self._client.poll(0)  # serves error_cb: a refused login is told only there
+        self._poll_client(0)  # serves error_cb: a refused login is told only there
         if self._auth_error is not None:
             raise AuthenticationFailed(
                 f"{exc}: the cluster refused the credentials ({self._auth_error})"
             ) from exc
 
+    def _others(self) -> list[Any]:
+        """The clients beside the main one that exist: the quiet one, the solo one."""
+        return [c for c in (self._quiet_client, self._solo_client) if c is not None]
+
     def _client_len(self) -> int:
         """Messages the clients hold (queued, in flight, or reports not yet served), at most."""
-        solo = self._solo_client
         held = min(len(self._client), self._queue_cap)
+        quiet = self._quiet_client
+        if quiet is not None:
+            held += min(len(quiet), self._queue_cap)
+        solo = self._solo_client
         return held if solo is None else held + len(solo)
 
     def _in_callback(self) -> bool:
         return bool(getattr(self._local, "depth", 0))
 
+    def _clients_busy_first(self) -> list[Any]:
+        """Every client, the first one holding something first: a wait blocks on it."""
+        clients = [self._client, *self._others()]
+        if len(clients) > 1 and not len(clients[0]):
+            busy = next((c for c in clients if len(c)), None)
+            if busy is not None:
+                clients.remove(busy)
+                clients.insert(0, busy)
+        return clients
+
     def _poll_client(self, timeout: float) -> int:
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
         try:
-            served = int(self._client.poll(timeout))
-            if self._solo_client is not None:
-                served += int(self._solo_client.poll(0))
+            first, *others = self._clients_busy_first()
+            served = int(first.poll(timeout))
+            for other in others:
+                served += int(other.poll(0))
             return served
         finally:
             local.depth -= 1
 
     def _flush_client(self, timeout: float) -> int:
+        """Flush the client holding messages for up to ``timeout`` (the others at once)."""
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
         try:
-            left = int(self._client.flush(timeout))
-            if self._solo_client is not None:
-                left += int(self._solo_client.flush(0))
+            first, *others = self._clients_busy_first()
+            left = int(first.flush(timeout))
+            for other in others:
+                left += int(other.flush(0))
             return left
         finally:
             local.depth -= 1
+
+    def _end_quiet(self) -> None:
+        """A first attempt with a callback comes: from now on every first attempt goes to the
+        main client, which reports deliveries. The quiet client's messages are let end first,
+        so that no message overtakes one produced before it (to the same partition); its
+        failures are produced again as any are. Inside a callback nothing can be waited for:
+        then the quiet client's last messages may still be under way (docs/guarantees.md)."""
+        with self._whole_lock:
+            quiet = self._quiet
+            if quiet is None:
+                return
+            self._quiet = None
+            self._produce_raw = self._produce_reported
+            self._produce_batch_raw = self._produce_batch_reported
+        if self._in_callback():
+            return
+        # Every message ends within message.timeout.ms in librdkafka (delivered or failed).
+        while len(quiet):
+            self._poll_client(0.01)
 
     def _check_not_in_callback(self, what: str) -> None:
         if self._in_callback():

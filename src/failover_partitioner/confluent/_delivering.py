@@ -43,15 +43,12 @@ class Delivering(Clients):
         rec._attempts = 1
         rec._m = (msg.topic(), msg.value(), None, None, None)
         rec._msg = msg
-        next(self._c_out)
         cb(None, rec)
 
     def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:
         """``_report`` for a message with a timestamp, which a failure report lacks."""
-        if err is None:
-            next(self._c_out)
-            return
-        self._failed_without_record(None, err, msg, headers, timestamp)
+        if err is not None:
+            self._failed_without_record(None, err, msg, headers, timestamp)
 
     def _failed_without_record(
         self,

@@ -68,6 +68,7 @@ class Producing(Delivering):
         # message goes to the client as a raw producer's would, placed by the topic's rotation
         # (keyless) or by librdkafka's murmur2 (keys). Every frame and allocation here is a
         # measurable share of a message's time next to librdkafka's own produce().
+        self._count_in()  # accepted, unless this raises (_refused)
         if topic in self._placed and headers is None and timestamp is None and partition is None:
             # The commonest cases, kept shortest: the client places the message.
             if on_delivery is None:
@@ -77,11 +78,13 @@ class Producing(Delivering):
                     self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None)
                 return
             if type(on_delivery) in _PLAIN_CALLBACKS:
+                if self._quiet is not None:
+                    self._end_quiet()
                 fresh = self._fresh_cls()
                 fresh._cb = on_delivery
                 fresh._m = (topic, value, key, None, None)
                 try:
-                    self._produce_raw(topic, value, key, _ANY_PARTITION, fresh)
+                    self._produce_reported(topic, value, key, _ANY_PARTITION, fresh)
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, _ANY_PARTITION, fresh)
                 return
@@ -103,15 +106,21 @@ class Producing(Delivering):
                         self._forward_raised(exc, topic, value, key, p, None)
                     return
             if callable(on_delivery) and not isinstance(on_delivery, DeliveryGroup):
+                if self._quiet is not None:
+                    self._end_quiet()
                 fresh = self._fresh_cls()
                 fresh._cb = on_delivery
                 fresh._m = (topic, value, key, None, None)
                 try:
-                    self._produce_raw(topic, value, key, p, fresh)
+                    self._produce_reported(topic, value, key, p, fresh)
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, p, fresh)
                 return
-        self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
+        try:
+            self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
+        except BaseException:
+            next(self._c_refused)  # not accepted: the caller has the exception
+            raise
 
     def _produce_failover(
         self,
@@ -127,6 +136,8 @@ class Producing(Delivering):
         case through the chooser's own rotation, the core's answer for it, without a frame)."""
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
+        if on_delivery is not None and self._quiet is not None:
+            self._end_quiet()
         if key is None and headers is None and timestamp is None and partition is None:
             # Keyless, nothing but perhaps a callback to keep. The dict holds a topic only
             # when such a message needs nothing else (no id header, no errors-only wrapper, no
@@ -162,7 +173,7 @@ class Producing(Delivering):
                 rec._partition = p
                 rec._attempts = 1
                 try:
-                    self._produce_raw(topic, value, None, p, rec)
+                    self._produce_reported(topic, value, None, p, rec)
                 except BaseException as exc:
                     self._produce_raised(rec, exc, first=True)
                 return
@@ -242,7 +253,7 @@ class Producing(Delivering):
                     kept = kept[:]  # the caller may reuse its list; a retry needs these
                 report = _partial(report.keeping, kept, timestamp)
             try:
-                self._produce_raw(topic, value, key, p, report, None, timestamp or 0, kept)
+                self._produce_reported(topic, value, key, p, report, None, timestamp or 0, kept)
             except BaseException as exc:
                 rec = self._record_cls.new(topic, value, key, kept, timestamp, on_delivery)
                 rec._partition = p
@@ -258,7 +269,7 @@ class Producing(Delivering):
         rec._partition = p
         rec._attempts = 1
         try:
-            self._produce_raw(topic, value, key, p, rec, None, timestamp or 0, kept)
+            self._sender(rec)(topic, value, key, p, rec, None, timestamp or 0, kept)
         except BaseException as exc:
             self._produce_raised(rec, exc, first=True)
 
@@ -271,7 +282,24 @@ class Producing(Delivering):
         partition: int,
         report: _Fresh | None,
     ) -> None:
-        """The client refused a message of the healthy path at once (it is counted in)."""
+        """The client refused a message of the healthy path at once (it is counted in): it is
+        accepted yet, or the caller gets the exception (and it is counted out)."""
+        try:
+            self._forward(exc, topic, value, key, partition, report)
+        except BaseException:
+            next(self._c_refused)
+            raise
+
+    def _forward(
+        self,
+        exc: BaseException,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        partition: int,
+        report: _Fresh | None,
+    ) -> None:
+        """``_forward_raised``'s way: take the message on, or raise."""
         if isinstance(exc, confluent_kafka.KafkaException):
             # Refused (e.g. the topic refuses this user): the record path decides.
             cb = None if report is None else report._cb
@@ -302,7 +330,7 @@ class Producing(Delivering):
                 if report is None:
                     self._produce_raw(topic, value, key, partition)
                 else:
-                    self._produce_raw(topic, value, key, partition, report)
+                    self._produce_reported(topic, value, key, partition, report)
                 return
             except BufferError:
                 continue
@@ -408,13 +436,23 @@ class Producing(Delivering):
         previous = rec._partition
         rec._partition = p
         rec._attempts += 1
-        produce = self._produce_raw if not getattr(rec, "_solo", False) else self._solo().produce
+        produce = self._sender(rec)
         try:
             produce(topic, value, key, p, rec, None, timestamp or 0, headers)
         except BaseException as exc:
             self._produce_raised(rec, exc, first=first, previous=previous)
             return
         self._core.sent(previous, p)
+
+    def _sender(self, rec: _Record) -> Any:
+        """The produce call for ``rec``: the solo client's once its batch was refused whole, the
+        main client's when a delivery must be heard of (a callback, or a retry the buffer
+        counts), else the one for first attempts (the quiet client while the producer is)."""
+        if getattr(rec, "_solo", False):
+            return self._solo().produce
+        if rec._cb is None and rec._entry is None:
+            return self._produce_raw
+        return self._produce_reported
 
     def _produce_raised(
         self, rec: _Record, exc: BaseException, *, first: bool, previous: int = -1
@@ -455,7 +493,7 @@ class Producing(Delivering):
         if self._in_callback():
             return False
         topic, value, key, headers, timestamp = rec._m
-        produce = self._produce_raw if not getattr(rec, "_solo", False) else self._solo().produce
+        produce = self._sender(rec)
         deadline = time.monotonic() + self._produce_timeout_s
         while time.monotonic() < deadline:
             self._poll_client(0.01)

@@ -80,17 +80,14 @@ def _queue_bound(given: object, limit: int) -> object:
         return given  # the client refuses it, naming the setting
 
 
-def _report_for(
-    count: Callable[[], int], failed: Callable[[None, Any, Any], None]
-) -> Callable[[Any, Any], None]:
-    """The delivery callback of messages produced without a record: a delivery is counted, a
-    failure rebuilt from the report (``failed``). A closure, called once per message: its
-    cells are cheaper to read than a bound method's attributes."""
+def _report_for(failed: Callable[[None, Any, Any], None]) -> Callable[[Any, Any], None]:
+    """The delivery callback of messages produced without a record: a failure is rebuilt from
+    the report (``failed``); a delivery needs nothing (deliveries are not counted one by one:
+    see ``FailoverProducer.statistics``). A closure: its cell is cheaper to read than a bound
+    method's attribute."""
 
     def report(err: Any, msg: Any) -> None:
-        if err is None:
-            count()
-        else:
+        if err is not None:
             failed(None, err, msg)
 
     return report
@@ -129,7 +126,6 @@ class _Record(DeliveryReport):
     # Set per producer on a subclass made in FailoverProducer.__init__, so that a record needs
     # no reference of its own (bound methods are not re-bound when read through an instance).
     # Typed Any: mypy would read callables stored on a class as methods taking self.
-    _c_out: ClassVar[Any]
     _delivered: ClassVar[Any]
     _failure: ClassVar[Any]
 
@@ -138,7 +134,6 @@ class _Record(DeliveryReport):
             entry = self._entry
             if entry is not None:
                 self._delivered(entry)
-            next(self._c_out)
             cb = self._cb
             if cb is not None:
                 self._msg = msg
@@ -155,12 +150,10 @@ class _Fresh(DeliveryReport):
     __slots__ = ()
 
     # Set per producer on a subclass, as _Record's are.
-    _c_out: ClassVar[Any]
     _failed: ClassVar[Any]
 
     def __call__(self, err: Any, msg: Any) -> None:
         if err is None:
-            next(self._c_out)
             self._msg = msg
             self._cb(None, self)
         else:
@@ -184,25 +177,22 @@ class _GroupReport:
     client as ``partial(report.keeping, headers, timestamp)`` (made in C, no Python frame when
     called)."""
 
-    __slots__ = ("_c_out", "_delivered", "_group", "keeping", "producer")
+    __slots__ = ("_delivered", "_group", "keeping", "producer")
 
     def __init__(self, producer: Delivering, group: DeliveryGroup) -> None:
         self.producer = producer
         self._group = group
-        self._c_out = producer._c_out
         self._delivered = group.delivered
         self.keeping = self._keeping  # bound once
 
     def __call__(self, err: Any, msg: Any) -> None:
         if err is None:
-            next(self._c_out)
             self._delivered()
         else:
             self.producer._failed_without_record(self._group, err, msg)
 
     def _keeping(self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any) -> None:
         if err is None:
-            next(self._c_out)
             self._delivered()
         else:
             self.producer._failed_without_record(self._group, err, msg, headers, timestamp)

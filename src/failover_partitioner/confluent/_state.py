@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,10 +42,15 @@ class ProducerState:
     _ids: itertools.count[int]
     _dead_letter: DeadLetterHook | None
     _count_bytes: bool
-    # Accounting: deliveries counted out, final failures, messages handed back at close; the
+    # Accounting: messages accepted (counted in by produce(), less those it raised for, plus
+    # those of produce_batch's chunks), final failures, messages handed back at close; the
     # retry buffer, which counts what is in flight and holds the failed; the record classes
-    # bound to them.
-    _c_out: itertools.count[int]
+    # bound to them. Deliveries are what remains (statistics()): no report needs to count.
+    _c_in: itertools.count[int]
+    _count_in: Callable[[], int]
+    _c_refused: itertools.count[int]
+    _batched: int
+    _count_lock: threading.Lock
     _final_failures: int
     _returned: int
     _buffer: RetryBuffer[_Record]
@@ -54,6 +60,8 @@ class ProducerState:
     _client: confluent_kafka.Producer
     _client_conf: dict[str, Any]
     _solo_client: Any
+    _quiet_client: Any
+    _quiet: Any
     _queue_cap: int
     _auth_error: str | None
     _refusals: dict[str, tuple[float, Any]]
@@ -61,6 +69,8 @@ class ProducerState:
     _report_cb: Callable[[Any, Any], None]
     _produce_raw: Any
     _produce_batch_raw: Any
+    _produce_reported: Any
+    _produce_batch_reported: Any
     _local: threading.local
     # The paths (FailoverProducer._setup_paths): see its comments.
     _batch_step: int
@@ -102,6 +112,12 @@ class ProducerState:
         keyless messages)."""
         with self._whole_lock:
             if self._attention or self._closed or not self._bare_ok:
+                return
+            if self._quiet is not None and len(self._client):
+                # Retries still under way on the main client: the quiet client's queue bound
+                # keeps max_in_flight only when nothing else is held. Look again shortly.
+                self._attention = True
+                self._attention_at = time.monotonic() + 0.005
                 return
             rotations, whole = self._core.healthy_path(self._buffer.failed_depth)
             self._rotations.update(rotations)

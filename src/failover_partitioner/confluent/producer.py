@@ -8,17 +8,29 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   this form (tests/unit/test_retry_buffer_held.py). The client's queue is bounded at the same
   limit (``queue.buffering.max.messages``, or the user's if lower). Paths other than the
   healthy one ask the buffer for room first; at the limit ``produce`` waits (serving
-  callbacks), then raises :class:`ProduceTimeout`. Deliveries are counted (an
-  ``itertools.count``, atomic) for the statistics only.
+  callbacks), then raises :class:`ProduceTimeout`. Accepted messages are counted (an
+  ``itertools.count``, atomic) for the statistics only; a delivery is what remains once final
+  failures, hand-backs and what is in flight are taken away, so no report counts one.
+* **The quiet client.** A producer without ``conf['on_delivery']`` starts *quiet*: first
+  attempts without a callback go to a second client made with
+  ``delivery.report.only.error=true``, so a delivery costs no report at all (the report, a
+  Python call per message, is most of what separates a wrapper from the raw client); a
+  failure's report rebuilds the message as the main client's does. Whatever must be heard of
+  when delivered (a callback's message, a retry the buffer counts) goes to the main client.
+  The first message with a callback ends the quiet mode for good (``_end_quiet``): the quiet
+  client's messages are let end first, then every message goes to the main client, so no
+  message overtakes an earlier one to the same partition. While quiet, the healthy path
+  reopens only once the main client holds no retry, so that the quiet client's queue bound
+  stays the in-flight limit.
 * **The healthy path.** While every partition of a topic is usable and nothing waits in the
   failed buffer, a message without headers or timestamp goes straight to the client: no
   partition (librdkafka places it: murmur2 for keys, ``murmur2_random``, the Java client's
   rule the keyed choice follows; its sticky partitioner for keyless ones, unless ``headroom``
   or ``client_rack`` want the rotation), no check of its own (the client's bounded queue
   refuses at the limit: the message then waits for room as a raw producer's caller would), no
-  record without a callback (the client's one config-level callback, ``_report_for``, counts
-  a delivery and rebuilds a failed message from the report), and with one a record holding
-  only the message and the callback. The first failure, quarantine, metadata change or message
+  record without a callback (the client's one config-level callback, ``_report_for``, rebuilds
+  a failed message from the report), and with one a record holding only the message and the
+  callback. The first failure, quarantine, metadata change or message
   that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts the
   topics back once nothing waits (``_reopen_whole``). A topic some of whose partitions are
   out of use (under min ISR, no leader) stays on the path for its keyless messages, placed by
@@ -29,8 +41,8 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   every partition is usable (keys with ``murmur2_random``; keyless ``sticky``): then the
   chooser answers ``CLIENT_PARTITIONER`` and the client places it (see
   :mod:`failover_partitioner.choose`). A message without a callback or headers needs no record
-  of its own: the producer's one delivery callback counts it, and if it failed, rebuilds
-  it from the client's report (topic, key, value, timestamp are all there). Other messages
+  of its own: if it failed, the producer's one delivery callback rebuilds it from the
+  client's report (topic, key, value, timestamp are all there). Other messages
   carry a record (a :class:`DeliveryReport` subclass whose ``__call__`` is the callback, so no
   closure is made per message). Headers given as a list of pairs (confluent-kafka's own form)
   are copied and passed through unchecked: the client checks each pair as it converts it, and
@@ -82,6 +94,7 @@ from failover_partitioner._config import (
     FailoverConfigWarning,
     check_positive_number,
     client_settings,
+    companion_conf,
 )
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner._options import FailoverOptions, ProducerOptions, producer_options
@@ -156,10 +169,15 @@ class FailoverProducer(Batching):
         self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
         self._limit = limit
 
-        # Deliveries, counted as their reports come (itertools.count: next() is atomic, so
-        # the threads serving reports need no lock); what is in flight is the retry buffer's
-        # to count (see the module doc).
-        self._c_out = itertools.count(1)
+        # Messages accepted: counted in as produce() starts (itertools.count: next() is
+        # atomic, so producing threads need no lock), less those it raised for; what is in
+        # flight is the retry buffer's to count (see the module doc). A delivery is what
+        # remains, so no report has to count one, and the quiet client needs none.
+        self._c_in = itertools.count(1)
+        self._count_in = self._c_in.__next__
+        self._c_refused = itertools.count(1)
+        self._batched = 0
+        self._count_lock = threading.Lock()
         self._final_failures = 0
         self._returned = 0
 
@@ -174,7 +192,6 @@ class FailoverProducer(Batching):
             (_Record,),
             {
                 "__slots__": (),
-                "_c_out": self._c_out,
                 "_delivered": self._buffer.delivered,
                 "_failure": self._on_failure,
             },
@@ -182,7 +199,7 @@ class FailoverProducer(Batching):
         self._fresh_cls: type[_Fresh] = type(
             "_Fresh",
             (_Fresh,),
-            {"__slots__": (), "_c_out": self._c_out, "_failed": self._fresh_failed},
+            {"__slots__": (), "_failed": self._fresh_failed},
         )
 
     def _make_client(self, settings: ClientSettings) -> None:
@@ -205,15 +222,31 @@ class FailoverProducer(Batching):
         self._user_error_cb = client_conf.get("error_cb")
         client_conf["error_cb"] = _weakly(self._on_client_error)
         try:
-            # The report of a message sent without a callback (see _report).
+            # The report of a message sent without a record (see _report_for).
             # Weakly: the metadata thread holds the client, the client this callback.
-            self._report_cb = _report_for(
-                self._c_out.__next__, _weakly(self._failed_without_record)
-            )
+            self._report_cb = _report_for(_weakly(self._failed_without_record))
             self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report_cb})
             self._client_conf = client_conf
             # The client for records sent alone (see the module doc), made on first need.
             self._solo_client: Any = None
+            self._quiet_client = self._quiet = None
+            if self._default_cb is None:
+                # The quiet client (see the module doc): first attempts nobody waits to hear
+                # of, reported only when they fail. It carries most of the traffic, so the
+                # user's statistics and throttle callbacks hear of it too.
+                kept = {k: client_conf[k] for k in ("stats_cb", "throttle_cb") if k in client_conf}
+                self._quiet_client = self._quiet = confluent_kafka.Producer(
+                    companion_conf(
+                        client_conf,
+                        "quiet",
+                        settings={
+                            **kept,
+                            "delivery.report.only.error": True,
+                            "on_delivery": self._report_cb,
+                            "error_cb": client_conf["error_cb"],
+                        },
+                    )
+                )
         except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
             raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
 
@@ -223,8 +256,12 @@ class FailoverProducer(Batching):
         """The produce paths' shortcuts, and the core that decides for them."""
         limit = self._limit
         options = opts.choice
-        self._produce_raw = self._client.produce
-        self._produce_batch_raw = self._client.produce_batch
+        # First attempts without a callback: the quiet client while the producer is quiet.
+        self._produce_reported = self._client.produce
+        self._produce_batch_reported = self._client.produce_batch
+        sender = self._client if self._quiet is None else self._quiet
+        self._produce_raw = sender.produce
+        self._produce_batch_raw = sender.produce_batch
         # produce_batch hands the client at most this many at once, and never more than the
         # in-flight limit (a chunk must fit under it).
         self._batch_step = min(10_000, limit)
@@ -299,7 +336,8 @@ class FailoverProducer(Batching):
                 http_addr=opts.metrics_addr,
             )
         except Exception:
-            self._client.close()
+            for each in (self._client, *self._others()):
+                each.close()
             raise
         self._meta.start()
 
@@ -350,11 +388,8 @@ class FailoverProducer(Batching):
             if remaining <= 0:
                 return in_flight
             slice_s = min(remaining, 0.1)
-            if len(self._client):
+            if self._client_len():
                 self._flush_client(slice_s)
-            elif self._solo_client is not None and len(self._solo_client):
-                self._solo_client.flush(slice_s)
-                self._poll_client(0)
             else:
                 # Only waiting messages: sleep until one is due, serving callbacks meanwhile.
                 if self._attention:
@@ -379,10 +414,8 @@ class FailoverProducer(Batching):
             if self.flush(timeout):
                 # Take back what librdkafka still holds and serve the purge reports, so that
                 # every message ends up in the failed buffer, from where close() returns it.
-                client.purge(in_queue=True, in_flight=True, blocking=True)
-                solo = self._solo_client
-                if solo is not None:
-                    solo.purge(in_queue=True, in_flight=True, blocking=True)
+                for each in (client, *self._others()):
+                    each.purge(in_queue=True, in_flight=True, blocking=True)
                 deadline = time.monotonic() + 2.0
                 while self._client_len() and time.monotonic() < deadline:
                     self._poll_client(0.05)
@@ -400,9 +433,8 @@ class FailoverProducer(Batching):
             self._metrics.close()
             self._source.close()
             if not unsure:
-                client.close()
-                if self._solo_client is not None:
-                    self._solo_client.close()
+                for each in (client, *self._others()):
+                    each.close()
         if unsure:
             logger.error(
                 "%s closed while the client still held %d message(s) whose delivery reports "
@@ -493,11 +525,15 @@ class FailoverProducer(Batching):
         return self._meta.age_s(topic)
 
     def statistics(self) -> ProducerStatistics:
-        delivered = _count_value(self._c_out)
+        produced = _count_value(self._c_in) - _count_value(self._c_refused) + self._batched
         # After close() the clients may be gone: what they held unreported is unsure.
         in_flight = self._unsure if self._closed else self._buffer.in_flight
+        ended = self._final_failures + self._returned
+        # What the clients hold includes events other than messages (errors) until served:
+        # in flight is then overstated, never a delivery.
+        delivered = max(0, produced - ended - in_flight)
         return self._core.statistics(
-            produced=delivered + self._final_failures + self._returned + in_flight,
+            produced=produced,
             delivered=delivered,
             final_failures=self._final_failures,
             returned_on_close=self._returned,
