@@ -234,7 +234,9 @@ class FailoverProducer(Batching):
                 # The quiet client (see the module doc): first attempts nobody waits to hear
                 # of, reported only when they fail. It carries most of the traffic, so the
                 # user's statistics and throttle callbacks hear of it too.
-                kept = {k: client_conf[k] for k in ("stats_cb", "throttle_cb") if k in client_conf}
+                kept: dict[str, Any] = {
+                    k: client_conf[k] for k in ("stats_cb", "throttle_cb") if k in client_conf
+                }
                 self._quiet_client = self._quiet = confluent_kafka.Producer(
                     companion_conf(
                         client_conf,
