@@ -31,8 +31,10 @@ failed buffer's depth. ``try_admit`` and ``has_room`` compare that with the limi
 whose attempt failed leaves the sender's count as it enters the failed buffer (``adopt`` gives
 it an entry without looking for room: it was counted already), and going back to the sender
 moves it the other way, so only new messages raise the sum. The sender may also let its client
-keep the bound while the failed buffer is empty (a client queue bounded at the limit): the sum
-is then the client's count alone. ``admitted`` and ``delivered`` in ``statistics()`` then count
+keep the bound while the buffer has no entry (``entries``: nothing waits, no retry is out), a
+client queue bounded at the limit: the sum is then that client's count alone. (The failed
+buffer being empty is not enough when retries go to another client than first attempts.)
+``admitted`` and ``delivered`` in ``statistics()`` then count
 only the entries the buffer gave out, and waiting for room is the sender's (its client frees
 room without telling the buffer).
 """

@@ -90,6 +90,12 @@ class RetryBuffer(Generic[T]):
         return self._core._failed_depth
 
     @property
+    def entries(self) -> int:
+        """Entries without a final outcome: sent, or waiting in the failed buffer (with
+        ``held``, the messages the sender counts alone have none)."""
+        return len(self._core._live)
+
+    @property
     def policy(self) -> RetryPolicy:
         return self._core.policy
 

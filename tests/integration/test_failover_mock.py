@@ -642,3 +642,32 @@ def test_a_default_callback_means_no_quiet_client(mock: MockCluster) -> None:
     assert p.statistics().delivered == 100
     p.close()
     assert got == [None] * 100
+
+
+def test_a_callback_waits_for_the_quiet_client_at_most_produce_timeout_s(
+    mock: MockCluster,
+) -> None:
+    """The first message with a callback waits for the quiet client's messages to land, no
+    longer than produce_timeout_s: then it is refused (ProduceTimeout carrying it, not
+    accepted) and the producer stays quiet; once they land it goes through."""
+    p = producer(mock, ready=TOPIC, produce_timeout_s=0.3)
+    for broker in (1, 2, 3):
+        mock.delay_broker(broker, 2000)
+    for i in range(100):
+        p.produce(TOPIC, b"slow%d" % i)
+    started = time.monotonic()
+    with pytest.raises(ProduceTimeout) as refused:
+        p.produce(TOPIC, b"called", on_delivery=lambda err, r: None)
+    assert time.monotonic() - started < 1.5
+    assert refused.value.message.value == b"called"
+    assert p._quiet is not None, "still quiet: the callback's message was not accepted"
+    for broker in (1, 2, 3):
+        mock.delay_broker(broker, 0)
+    reports = Reports()
+    p.produce(TOPIC, b"called", on_delivery=reports, key=b"k")
+    assert p._quiet is None
+    assert p.flush(30) == 0
+    stats = p.statistics()
+    p.close()
+    assert (stats.produced, stats.delivered) == (101, 101)
+    assert [err for [(err, _, _)] in reports.by_value.values()] == [None]

@@ -60,9 +60,12 @@ class HeldMachine(RuleBasedStateMachine):
     @rule()
     @precondition(lambda self: not self.closed)
     def send_healthy(self) -> None:
-        # The healthy path looks at nothing but the failed buffer being empty; the client's
-        # queue, bounded at the limit, refuses what does not fit.
-        if self.buf.failed_depth or len(self.client) >= self.limit:
+        # The healthy path looks at nothing but the buffer having no entry (nothing waits in
+        # the failed buffer, no retry is out); first attempts go to a client of their own
+        # (FailoverProducer's quiet client), whose queue, bounded at the limit, refuses what
+        # does not fit. Retries go to another client (the main one): both count in held().
+        first_attempts = sum(1 for e in self.client.values() if e is None)
+        if self.buf.entries or first_attempts >= self.limit:
             return
         self.client[self._new()] = None
 
@@ -134,6 +137,12 @@ class HeldMachine(RuleBasedStateMachine):
         assert s.in_flight == self.buf.in_flight == len(self.client) + s.failed_depth
         assert s.in_flight <= self.limit
         assert self.final == []
+
+    @invariant()
+    def entries_are_the_retries_out_and_the_waiting(self) -> None:
+        if not self.closed:
+            out = sum(1 for e in self.client.values() if e is not None)
+            assert self.buf.entries == out + self.buf.failed_depth
 
     @invariant()
     def every_message_ends_exactly_once(self) -> None:

@@ -47,8 +47,13 @@ class Batching(Producing):
             raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
         if self._attention:
             self._service()
-        if on_delivery is not None and self._quiet is not None:
-            self._end_quiet()
+        if on_delivery is not None and self._quiet is not None and not self._end_quiet():
+            # The quiet client's messages did not land in time: none of these was accepted.
+            late: list[tuple[int, BaseException]] = [
+                (i, self._timed_out(topic, m.get("value"), m.get("key"), None, None))
+                for i, m in enumerate(m if type(m) is dict else {} for m in messages)
+            ]
+            raise BatchRefused(topic, late)
         refused: list[tuple[int, BaseException]] = []
         chooser = self._bare.get(topic)
         if chooser is None:

@@ -5,6 +5,7 @@ delivery callback's re-entry guarded; what a refused login says."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import confluent_kafka
@@ -113,24 +114,27 @@ class Clients(ProducerState):
         finally:
             local.depth -= 1
 
-    def _end_quiet(self) -> None:
+    def _end_quiet(self) -> bool:
         """A first attempt with a callback comes: from now on every first attempt goes to the
-        main client, which reports deliveries. The quiet client's messages are let end first,
-        so that no message overtakes one produced before it (to the same partition); its
-        failures are produced again as any are. Inside a callback nothing can be waited for:
-        then the quiet client's last messages may still be under way (docs/guarantees.md)."""
+        main client, which reports deliveries. The quiet client's messages are let end first
+        (delivered, or failed and handed to the retry path), so that none is overtaken by a
+        later message to the same partition; False when they did not within
+        ``produce_timeout_s`` (the mode stays, the caller's message is not accepted). Inside
+        a callback nothing can be waited for: the mode ends at once, and the quiet client's
+        last messages may still be under way (docs/guarantees.md)."""
+        quiet = self._quiet
+        if not self._in_callback():
+            deadline = time.monotonic() + self._produce_timeout_s
+            while len(quiet):
+                if time.monotonic() >= deadline:
+                    return False
+                self._poll_client(0.01)
         with self._whole_lock:
-            quiet = self._quiet
-            if quiet is None:
-                return
-            self._quiet = None
-            self._produce_raw = self._produce_reported
-            self._produce_batch_raw = self._produce_batch_reported
-        if self._in_callback():
-            return
-        # Every message ends within message.timeout.ms in librdkafka (delivered or failed).
-        while len(quiet):
-            self._poll_client(0.01)
+            if self._quiet is not None:
+                self._quiet = None
+                self._produce_raw = self._produce_reported
+                self._produce_batch_raw = self._produce_batch_reported
+        return True
 
     def _check_not_in_callback(self, what: str) -> None:
         if self._in_callback():

@@ -77,9 +77,7 @@ class Producing(Delivering):
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None)
                 return
-            if type(on_delivery) in _PLAIN_CALLBACKS:
-                if self._quiet is not None:
-                    self._end_quiet()
+            if type(on_delivery) in _PLAIN_CALLBACKS and self._quiet is None:
                 fresh = self._fresh_cls()
                 fresh._cb = on_delivery
                 fresh._m = (topic, value, key, None, None)
@@ -105,9 +103,11 @@ class Producing(Delivering):
                     except BaseException as exc:
                         self._forward_raised(exc, topic, value, key, p, None)
                     return
-            if callable(on_delivery) and not isinstance(on_delivery, DeliveryGroup):
-                if self._quiet is not None:
-                    self._end_quiet()
+            if (
+                callable(on_delivery)
+                and not isinstance(on_delivery, DeliveryGroup)
+                and self._quiet is None  # else the failover path ends the quiet mode first
+            ):
                 fresh = self._fresh_cls()
                 fresh._cb = on_delivery
                 fresh._m = (topic, value, key, None, None)
@@ -136,8 +136,8 @@ class Producing(Delivering):
         case through the chooser's own rotation, the core's answer for it, without a frame)."""
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
-        if on_delivery is not None and self._quiet is not None:
-            self._end_quiet()
+        if on_delivery is not None and self._quiet is not None and not self._end_quiet():
+            raise self._timed_out(topic, value, key, headers, timestamp)
         if key is None and headers is None and timestamp is None and partition is None:
             # Keyless, nothing but perhaps a callback to keep. The dict holds a topic only
             # when such a message needs nothing else (no id header, no errors-only wrapper, no

@@ -113,8 +113,8 @@ class ProducerState:
         with self._whole_lock:
             if self._attention or self._closed or not self._bare_ok:
                 return
-            if self._quiet is not None and len(self._client):
-                # Retries still under way on the main client: the quiet client's queue bound
+            if self._quiet is not None and self._buffer.entries:
+                # Retries still under way (on the main client): the quiet client's queue bound
                 # keeps max_in_flight only when nothing else is held. Look again shortly.
                 self._attention = True
                 self._attention_at = time.monotonic() + 0.005
