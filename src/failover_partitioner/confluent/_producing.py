@@ -67,8 +67,8 @@ class Producing(Delivering):
         # The healthy path (see the module doc): the topic is whole and nothing waits, so the
         # message goes to the client as a raw producer's would, placed by the topic's rotation
         # (keyless) or by librdkafka's murmur2 (keys). Every frame and allocation here is a
-        # measurable share of a message's time next to librdkafka's own produce().
-        self._count_in()  # accepted, unless this raises (_refused)
+        # measurable share of a message's time next to librdkafka's own produce(). A message
+        # is counted in (_count_in) once held: by the client, or by the retry buffer.
         if topic in self._placed and headers is None and timestamp is None and partition is None:
             # The commonest cases, kept shortest: the client places the message.
             if on_delivery is None:
@@ -76,6 +76,7 @@ class Producing(Delivering):
                     self._produce_raw(topic, value, key)
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None)
+                self._count_in()
                 return
             if type(on_delivery) in _PLAIN_CALLBACKS and self._quiet is None:
                 fresh = self._fresh_cls()
@@ -85,6 +86,7 @@ class Producing(Delivering):
                     self._produce_reported(topic, value, key, _ANY_PARTITION, fresh)
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, _ANY_PARTITION, fresh)
+                self._count_in()
                 return
         rotation = self._rotations.get(topic, _NOT_WHOLE)
         if (
@@ -102,6 +104,7 @@ class Producing(Delivering):
                         self._produce_raw(topic, value, key, p)
                     except BaseException as exc:
                         self._forward_raised(exc, topic, value, key, p, None)
+                    self._count_in()
                     return
             if (
                 callable(on_delivery)
@@ -115,12 +118,10 @@ class Producing(Delivering):
                     self._produce_reported(topic, value, key, p, fresh)
                 except BaseException as exc:
                     self._forward_raised(exc, topic, value, key, p, fresh)
+                self._count_in()
                 return
-        try:
-            self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
-        except BaseException:
-            next(self._c_refused)  # not accepted: the caller has the exception
-            raise
+        self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
+        self._count_in()
 
     def _produce_failover(
         self,
@@ -282,24 +283,7 @@ class Producing(Delivering):
         partition: int,
         report: _Fresh | None,
     ) -> None:
-        """The client refused a message of the healthy path at once (it is counted in): it is
-        accepted yet, or the caller gets the exception (and it is counted out)."""
-        try:
-            self._forward(exc, topic, value, key, partition, report)
-        except BaseException:
-            next(self._c_refused)
-            raise
-
-    def _forward(
-        self,
-        exc: BaseException,
-        topic: str,
-        value: bytes | str | None,
-        key: bytes | str | None,
-        partition: int,
-        report: _Fresh | None,
-    ) -> None:
-        """``_forward_raised``'s way: take the message on, or raise."""
+        """The client refused a message of the healthy path at once: take it on, or raise."""
         if isinstance(exc, confluent_kafka.KafkaException):
             # Refused (e.g. the topic refuses this user): the record path decides.
             cb = None if report is None else report._cb

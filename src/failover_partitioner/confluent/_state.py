@@ -42,14 +42,14 @@ class ProducerState:
     _ids: itertools.count[int]
     _dead_letter: DeadLetterHook | None
     _count_bytes: bool
-    # Accounting: messages accepted (counted in by produce(), less those it raised for, plus
-    # those of produce_batch's chunks), final failures, messages handed back at close; the
-    # retry buffer, which counts what is in flight and holds the failed; the record classes
-    # bound to them. Deliveries are what remains (statistics()): no report needs to count.
+    # Accounting: messages accepted (counted in by produce() once held, and by produce_batch's
+    # chunks), final failures, messages handed back at close; the retry buffer, which counts
+    # what is in flight and holds the failed; the record classes bound to them. Deliveries
+    # are what remains (statistics()): no report needs to count.
     _c_in: itertools.count[int]
     _count_in: Callable[[], int]
-    _c_refused: itertools.count[int]
     _batched: int
+    _delivered_seen: int
     _count_lock: threading.Lock
     _final_failures: int
     _returned: int

@@ -169,14 +169,15 @@ class FailoverProducer(Batching):
         self._name = str(conf.get("client.id") or f"failover-producer-{next(_names)}")
         self._limit = limit
 
-        # Messages accepted: counted in as produce() starts (itertools.count: next() is
-        # atomic, so producing threads need no lock), less those it raised for; what is in
-        # flight is the retry buffer's to count (see the module doc). A delivery is what
-        # remains, so no report has to count one, and the quiet client needs none.
+        # Messages accepted: counted in by produce() once the client or the retry buffer holds
+        # them (itertools.count: next() is atomic, so producing threads need no lock), and by
+        # produce_batch per chunk; what is in flight is the retry buffer's to count (see the
+        # module doc). A delivery is what remains, so no report has to count one, and the
+        # quiet client needs none.
         self._c_in = itertools.count(1)
         self._count_in = self._c_in.__next__
-        self._c_refused = itertools.count(1)
         self._batched = 0
+        self._delivered_seen = 0
         self._count_lock = threading.Lock()
         self._final_failures = 0
         self._returned = 0
@@ -527,13 +528,16 @@ class FailoverProducer(Batching):
         return self._meta.age_s(topic)
 
     def statistics(self) -> ProducerStatistics:
-        produced = _count_value(self._c_in) - _count_value(self._c_refused) + self._batched
+        # Read in this order, a message moving on meanwhile is counted twice (accepted: held
+        # before it is counted in; ended: still in flight when read), never missed, so the
+        # derived deliveries are never overstated. What the clients hold includes events
+        # other than messages (errors) until served: in flight is overstated then too. The
+        # figure is kept from going back (it feeds a Prometheus counter).
+        produced = _count_value(self._c_in) + self._batched
         # After close() the clients may be gone: what they held unreported is unsure.
         in_flight = self._unsure if self._closed else self._buffer.in_flight
         ended = self._final_failures + self._returned
-        # What the clients hold includes events other than messages (errors) until served:
-        # in flight is then overstated, never a delivery.
-        delivered = max(0, produced - ended - in_flight)
+        delivered = self._delivered_seen = max(self._delivered_seen, produced - ended - in_flight)
         return self._core.statistics(
             produced=produced,
             delivered=delivered,
