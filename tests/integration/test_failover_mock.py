@@ -578,8 +578,9 @@ def test_without_callbacks_failures_are_rebuilt_from_failure_reports_alone(
     """A producer without callbacks sends on its quiet client (failures reported, deliveries
     not): while a broker refuses every Produce, its messages are rebuilt from the failure
     reports and delivered elsewhere, each exactly once, and the statistics count every
-    delivery though no report said so."""
-    p = producer(mock, ready=TOPIC)
+    delivery though no report said so. (librdkafka's sticky partitioner is off, so that keyless
+    messages reach every partition, the refusing broker's too.)"""
+    p = producer(mock, ready=TOPIC, conf={"sticky.partitioning.linger.ms": 0})
     assert p._quiet is not None, "no callback anywhere: the producer starts quiet"
     bad = leaders(p)[0]
     bad_partitions = {part for part, b in leaders(p).items() if b == bad}
