@@ -170,7 +170,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self.next_offset: dict[int, int] = {}
         self.out: dict[int, list[int]] = {}  # partition -> handed, not ended
         self.ended: dict[int, dict[int, bool]] = {}  # partition -> offset -> delivered?
-        self.committed: dict[int, int] = {}
+        self.committed: dict[int, int] = {}  # partition -> last commit, any assignment
+        self.committed_now: dict[int, int] = {}  # partition -> last commit, this assignment
         self.abandoned = 0
         self.abandoned_ever = 0
 
@@ -216,8 +217,12 @@ class LedgerMachine(RuleBasedStateMachine):
             assert all(o >= offset for o in self.out[partition])
             failed = [o for o, ok in self.ended[partition].items() if not ok]
             assert all(o >= offset for o in failed)
-            assert offset > self.committed.get(partition, -1)
+            # Never back; and within one assignment, a commit moves on. A partition assigned
+            # again may commit once where the group stands (its first handed offset): harmless.
+            assert offset >= self.committed.get(partition, -1)
+            assert offset > self.committed_now.get(partition, -1)
             self.committed[partition] = offset
+            self.committed_now[partition] = offset
         self.ledger.committed(offsets)
 
     @precondition(lambda self: self.out)
@@ -225,6 +230,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def revoke(self, partition: int) -> None:
         if self.ledger.drop("t", partition) is None:
             return
+        self.committed_now.pop(partition, None)
         out = len(self.out.pop(partition))
         self.abandoned += out
         self.abandoned_ever += out
