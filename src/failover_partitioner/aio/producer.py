@@ -342,7 +342,15 @@ class AsyncFailoverProducer:
         """Choose a partition and append ``msg`` to its open batch, or let it wait."""
         topic = msg.topic
         core = self._core
-        p = core.route(topic, msg.key, len(msg.value or b"") if self._count_bytes else 0)
+        chooser = core.choosers.get(topic) if msg.key is None and not self._count_bytes else None
+        if chooser is not None:
+            # Keyless, no byte budget: the chooser's own next answer, what route() would give,
+            # without its frame; an answer that is no partition goes to route() to say why.
+            p = chooser.next_keyless()
+            if p < 0:
+                p = core.route(topic, None)
+        else:
+            p = core.route(topic, msg.key, len(msg.value or b"") if self._count_bytes else 0)
         assert msg.entry is not None
         if p < 0:
             if p == NO_TOPIC:
