@@ -81,13 +81,7 @@ class Clients(ProducerState):
 
     def _clients_busy_first(self) -> list[Any]:
         """Every client, the first one holding something first: a wait blocks on it."""
-        clients = [self._client, *self._others()]
-        if len(clients) > 1 and not len(clients[0]):
-            busy = next((c for c in clients if len(c)), None)
-            if busy is not None:
-                clients.remove(busy)
-                clients.insert(0, busy)
-        return clients
+        return sorted([self._client, *self._others()], key=lambda c: not len(c))  # stable
 
     def _poll_client(self, timeout: float) -> int:
         local = self._local
