@@ -159,6 +159,48 @@ def test_the_healthy_path_reports_each_message_once_and_hands_failures_over(
     assert len(values) == 200 + 2 * n
 
 
+def test_a_callback_of_bytes_messages_gets_reports_read_from_the_clients(
+    mock: MockCluster,
+) -> None:
+    """bytes messages with a callback take the healthy path without a record: each report is
+    made from the client's when it comes, its own object (one kept by the callback does not
+    change with the next), with the message's fields; failed ones are rebuilt from the
+    client's report and delivered elsewhere, each with one outcome."""
+    p = producer(mock, ready=TOPIC)
+    kept: list[tuple[Any, DeliveryReport]] = []
+
+    def on_delivery(err: Any, report: DeliveryReport) -> None:
+        kept.append((err, report))
+
+    for i in range(100):
+        p.produce(TOPIC, b"h%d" % i, key=b"k%d" % i, on_delivery=on_delivery)
+    assert p.flush(30) == 0
+    assert len(kept) == 100
+    assert all(err is None for err, _ in kept)
+    kept.sort(key=lambda k: int(k[1].value()[1:]))  # reports come partition by partition
+    assert [(r.value(), r.key(), r.topic(), r.attempts(), r.error()) for _, r in kept] == [
+        (b"h%d" % i, b"k%d" % i, TOPIC, 1, None) for i in range(100)
+    ]
+    assert all(
+        r.partition() == partition_for_key(b"k%d" % i, PARTITIONS) and r.offset() is not None
+        for i, (_, r) in enumerate(kept)
+    )
+    assert repr(kept[0][1]).startswith(f"DeliveryReport(topic={TOPIC!r}, partition=")
+    kept.clear()
+    bad = leaders(p)[0]
+    bad_partitions = {part for part, b in leaders(p).items() if b == bad}
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
+        for i in range(300):
+            p.produce(TOPIC, b"f%d" % i, key=b"k%d" % i, on_delivery=on_delivery)
+        assert p.flush(30) == 0
+    p.close()
+    outcomes = Counter(r.value() for _, r in kept)
+    assert len(kept) == 300
+    assert set(outcomes.values()) == {1}
+    assert all(err is None and r.partition() not in bad_partitions for err, r in kept)
+    assert any(r.attempts() > 1 for _, r in kept), "some went to the refusing broker first"
+
+
 def test_after_append_failures_are_counted_as_possible_duplicates(mock: MockCluster) -> None:
     """Error 20 means the data may be in the log: re-producing it may duplicate, and is counted;
     the message id header is the same on every attempt so consumers can drop the copy."""

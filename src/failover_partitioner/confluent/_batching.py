@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from failover_partitioner.choose import CLIENT_PARTITIONER, NO_PARTITION, PartitionChooser
@@ -152,7 +151,7 @@ class Batching(Producing):
         if cb is None:
             report, batch = self._report_cb, self._produce_batch_raw
         else:
-            report = functools.partial(self._report_to, cb)
+            report = self._reporter(cb)
             batch = self._produce_batch_reported
         for p, group in groups.items():
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka
@@ -15,11 +16,13 @@ from failover_partitioner._message import Headers
 from failover_partitioner.confluent._clients import Clients
 from failover_partitioner.confluent._shared import (
     _LOCAL_UNKNOWN,
+    _PLAIN_CALLBACKS,
     _REFUSAL_MEMORY_S,
     DeliveryCallback,
-    _Fresh,
+    _Delivered,
     _kafka_error,
     _Record,
+    _report_for,
 )
 from failover_partitioner.errors import REFUSED_RIGHTS, ErrorClass, classify
 from failover_partitioner.health import TopicMetadata
@@ -31,19 +34,19 @@ logger = logging.getLogger("failover_partitioner.confluent.producer")  # the pro
 class Delivering(Clients):
     """What a delivery report, a failure or a metadata answer does."""
 
-    def _report_to(self, cb: DeliveryCallback, err: Any, msg: Any) -> None:
-        """The delivery callback of batched messages with a callback ``cb``: their record is
-        made here, from the report (they had no key, headers or timestamp), not when sent."""
-        if err is not None:
-            self._failed_without_record(cb, err, msg)
-            return
-        rec = self._record_cls()
-        rec._cb = cb
-        rec._entry = None
-        rec._attempts = 1
-        rec._m = (msg.topic(), msg.value(), None, None, None)
-        rec._msg = msg
-        cb(None, rec)
+    def _reporter(self, cb: DeliveryCallback) -> Callable[[Any, Any], None]:
+        """The client's delivery callback for messages sent without a record whose callback is
+        ``cb`` (see ``_report_for``). The last one made for a function or method is kept
+        (``_reporting``), so that a producer calling back to one function makes it once; a
+        callback made anew per message (a lambda) gets one per message."""
+        plain = type(cb) in _PLAIN_CALLBACKS
+        last = self._reporting
+        if plain and cb == last[0]:
+            return last[1]
+        report = _report_for(self._failed_without_record, cb, _Delivered)
+        if plain:
+            self._reporting = (cb, report)
+        return report
 
     def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:
         """``_report`` for a message with a timestamp, which a failure report lacks."""
@@ -70,17 +73,6 @@ class Delivering(Clients):
         rec._cb = cb
         rec._entry = None
         partition = msg.partition()  # None for a message purged before it had one
-        rec._partition = -1 if partition is None else partition
-        rec._attempts = 1
-        self._on_failure(rec, err, msg)
-
-    def _fresh_failed(self, fresh: _Fresh, err: Any, msg: Any) -> None:
-        """A message of the healthy path failed: it gets a full record and the usual path."""
-        rec = self._record_cls()
-        rec._m = fresh._m
-        rec._cb = fresh._cb
-        rec._entry = None
-        partition = msg.partition() if msg is not None else None
         rec._partition = -1 if partition is None else partition
         rec._attempts = 1
         self._on_failure(rec, err, msg)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import confluent_kafka
@@ -23,7 +23,6 @@ from failover_partitioner.confluent._shared import (
     DeliveryCallback,
     _check_header_items,
     _ErrorsOnly,
-    _Fresh,
     _GroupReport,
     _kafka_error,
     _key_bytes,
@@ -75,17 +74,24 @@ class Producing(Delivering):
                 try:
                     self._produce_raw(topic, value, key)
                 except BaseException as exc:
-                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None)
+                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None, None)
                 self._count_in()
                 return
-            if type(on_delivery) in _PLAIN_CALLBACKS and self._quiet is None:
-                fresh = self._fresh_cls()
-                fresh._cb = on_delivery
-                fresh._m = (topic, value, key, None, None)
+            if (
+                type(on_delivery) in _PLAIN_CALLBACKS
+                and self._quiet is None
+                and type(value) is not str  # a report gives the client's bytes back: a str
+                and type(key) is not str  # needs a record to be given back as it came
+            ):
+                # No record: one client callback per user callback (see _reporter).
+                last = self._reporting
+                report = last[1] if on_delivery == last[0] else self._reporter(on_delivery)
                 try:
-                    self._produce_reported(topic, value, key, _ANY_PARTITION, fresh)
+                    self._produce_reported(topic, value, key, _ANY_PARTITION, report)
                 except BaseException as exc:
-                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, fresh)
+                    self._forward_raised(
+                        exc, topic, value, key, _ANY_PARTITION, on_delivery, report
+                    )
                 self._count_in()
                 return
         rotation = self._rotations.get(topic, _NOT_WHOLE)
@@ -103,21 +109,22 @@ class Producing(Delivering):
                     try:
                         self._produce_raw(topic, value, key, p)
                     except BaseException as exc:
-                        self._forward_raised(exc, topic, value, key, p, None)
+                        self._forward_raised(exc, topic, value, key, p, None, None)
                     self._count_in()
                     return
             if (
                 callable(on_delivery)
                 and not isinstance(on_delivery, DeliveryGroup)
                 and self._quiet is None  # else the failover path ends the quiet mode first
+                and type(value) is not str
+                and type(key) is not str
             ):
-                fresh = self._fresh_cls()
-                fresh._cb = on_delivery
-                fresh._m = (topic, value, key, None, None)
+                last = self._reporting
+                report = last[1] if on_delivery is last[0] else self._reporter(on_delivery)
                 try:
-                    self._produce_reported(topic, value, key, p, fresh)
+                    self._produce_reported(topic, value, key, p, report)
                 except BaseException as exc:
-                    self._forward_raised(exc, topic, value, key, p, fresh)
+                    self._forward_raised(exc, topic, value, key, p, on_delivery, report)
                 self._count_in()
                 return
         self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
@@ -281,12 +288,13 @@ class Producing(Delivering):
         value: bytes | str | None,
         key: bytes | str | None,
         partition: int,
-        report: _Fresh | None,
+        cb: DeliveryCallback | None,
+        report: Callable[[Any, Any], None] | None,
     ) -> None:
-        """The client refused a message of the healthy path at once: take it on, or raise."""
+        """The client refused a message of the healthy path at once: take it on, or raise.
+        ``report``: the client callback it was sent with (for ``cb``), None for the default."""
         if isinstance(exc, confluent_kafka.KafkaException):
             # Refused (e.g. the topic refuses this user): the record path decides.
-            cb = None if report is None else report._cb
             self._produce_with_record(topic, value, key, None, cb, None)
             return
         if not isinstance(exc, BufferError):
@@ -307,7 +315,6 @@ class Producing(Delivering):
                 # path places it, once the failed buffer and the client leave room for it.
                 if not self._buffer.has_room():
                     continue
-                cb = None if report is None else report._cb
                 self._produce_with_record(topic, value, key, None, cb, None)
                 return
             try:

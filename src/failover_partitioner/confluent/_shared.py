@@ -80,17 +80,37 @@ def _queue_bound(given: object, limit: int) -> object:
         return given  # the client refuses it, naming the setting
 
 
-def _report_for(failed: Callable[[None, Any, Any], None]) -> Callable[[Any, Any], None]:
-    """The delivery callback of messages produced without a record: a failure is rebuilt from
-    the report (``failed``); a delivery needs nothing (deliveries are not counted one by one:
-    see ``FailoverProducer.statistics``). A closure: its cell is cheaper to read than a bound
-    method's attribute."""
+def _report_for(
+    failed: Callable[[Any, Any, Any], None],
+    cb: DeliveryCallback | None = None,
+    made: Callable[[], _Delivered] | None = None,
+) -> Callable[[Any, Any], None]:
+    """The delivery callback of messages produced without a record (no headers and no timestamp
+    of their own, or kept by the caller): a failure is rebuilt from the client's report
+    (``failed(cb, err, msg)``). A delivery needs nothing when nobody listens (deliveries are not
+    counted one by one: see ``FailoverProducer.statistics``); else ``cb`` gets a report made
+    from the client's (``made()``, a :class:`_Delivered`), which lives only as long as the
+    call. One callable serves every message of a callback: a record per message, held until
+    its delivery, would leave many thousands of live objects for Python's cyclic garbage
+    collector to walk again and again (with per-message callbacks that cost more than the rest
+    of the path). A closure: its cells are cheaper to read than a bound method's attributes."""
+    if cb is None or made is None:
 
-    def report(err: Any, msg: Any) -> None:
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                failed(None, err, msg)
+
+        return report
+
+    def report_to(err: Any, msg: Any) -> None:
         if err is not None:
-            failed(None, err, msg)
+            failed(cb, err, msg)
+            return
+        rec = made()
+        rec._msg = msg
+        cb(None, rec)
 
-    return report
+    return report_to
 
 
 # The callbacks the healthy path takes without a look further (callable, not a DeliveryGroup).
@@ -142,31 +162,24 @@ class _Record(DeliveryReport):
             self._failure(self, err, msg)
 
 
-class _Fresh(DeliveryReport):
-    """The record of a message sent on the healthy path with a callback: the message and the
-    callback only (``_m``, ``_cb``); a delivery's partition, offset and time come from the
-    client's report. A failure turns it into a full record that takes the usual path."""
+class _Delivered(DeliveryReport):
+    """The report of a message delivered at its first attempt that was sent without a record
+    (see ``_report_for``): made when the client's report comes, holding only that (``_msg``).
+    The message's fields are read from it when asked for: copying them out of every report
+    would cost a delivery as much again as the rest of its callback."""
 
     __slots__ = ()
 
-    # Set per producer on a subclass, as _Record's are.
-    _failed: ClassVar[Any]
+    _attempts = 1
+    _entry = None
+    _cb = None
 
-    def __call__(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self._msg = msg
-            self._cb(None, self)
-        else:
-            self._failed(self, err, msg)
-
-    def attempts(self) -> int:
-        return 1
-
-    def __repr__(self) -> str:
-        return (
-            f"DeliveryReport(topic={self._m[0]!r}, partition={self.partition()}, "
-            f"offset={self.offset()}, attempts=1, error=None)"
-        )
+    @property
+    def _m(  # type: ignore[override]  # read-only: a delivered report is never changed
+        self,
+    ) -> tuple[str, bytes | str | None, bytes | str | None, Headers | None, int | None]:
+        msg = self._msg
+        return (msg.topic(), msg.value(), msg.key(), None, None)
 
 
 class _GroupReport:

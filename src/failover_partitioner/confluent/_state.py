@@ -12,7 +12,7 @@ import confluent_kafka
 
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.choose import PartitionChooser
-from failover_partitioner.confluent._shared import DeadLetterHook, _Fresh, _Record
+from failover_partitioner.confluent._shared import DeadLetterHook, _Record
 from failover_partitioner.core import FailoverCore
 from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource
@@ -55,7 +55,8 @@ class ProducerState:
     _returned: int
     _buffer: RetryBuffer[_Record]
     _record_cls: type[_Record]
-    _fresh_cls: type[_Fresh]
+    # The client's callback for the last function or method given as a callback (_reporter).
+    _reporting: tuple[object, Callable[[Any, Any], None]]
     # The clients (FailoverProducer._make_client) and the calls into them.
     _client: confluent_kafka.Producer
     _client_conf: dict[str, Any]

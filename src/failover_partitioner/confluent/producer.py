@@ -105,7 +105,6 @@ from failover_partitioner.confluent._shared import (
     DeadLetterHook,
     DeliveryCallback,
     _count_value,
-    _Fresh,
     _names,
     _queue_bound,
     _Record,
@@ -197,11 +196,8 @@ class FailoverProducer(Batching):
                 "_failure": self._on_failure,
             },
         )
-        self._fresh_cls: type[_Fresh] = type(
-            "_Fresh",
-            (_Fresh,),
-            {"__slots__": (), "_failed": self._fresh_failed},
-        )
+        # No callback seen yet (None equals none): see _reporter.
+        self._reporting = (None, _report_for(self._failed_without_record))
 
     def _make_client(self, settings: ClientSettings) -> None:
         """The confluent-kafka client, its queue bounded at the in-flight limit."""
