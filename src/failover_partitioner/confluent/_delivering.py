@@ -36,16 +36,14 @@ class Delivering(Clients):
 
     def _reporter(self, cb: DeliveryCallback) -> Callable[[Any, Any], None]:
         """The client's delivery callback for messages sent without a record whose callback is
-        ``cb`` (see ``_report_for``). The last one made for a function or method is kept
-        (``_reporting``), so that a producer calling back to one function makes it once; a
+        ``cb`` (see ``_report_for``). The last one made is kept (``_reporting``), so that a
+        producer calling back to one function, method or other callable makes it once; a
         callback made anew per message (a lambda) gets one per message."""
-        plain = type(cb) in _PLAIN_CALLBACKS
         last = self._reporting
-        if plain and cb == last[0]:
-            return last[1]
+        if cb is last[0] or (type(cb) in _PLAIN_CALLBACKS and cb == last[0]):
+            return last[1]  # the same callback (a method is made anew at each reading)
         report = _report_for(self._failed_without_record, cb, _Delivered)
-        if plain:
-            self._reporting = (cb, report)
+        self._reporting = (cb, report)
         return report
 
     def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:

@@ -196,8 +196,6 @@ class FailoverProducer(Batching):
                 "_failure": self._on_failure,
             },
         )
-        # No callback seen yet (None equals none): see _reporter.
-        self._reporting = (None, _report_for(self._failed_without_record))
 
     def _make_client(self, settings: ClientSettings) -> None:
         """The confluent-kafka client, its queue bounded at the in-flight limit."""
@@ -222,6 +220,8 @@ class FailoverProducer(Batching):
             # The report of a message sent without a record (see _report_for).
             # Weakly: the metadata thread holds the client, the client this callback.
             self._report_cb = _report_for(_weakly(self._failed_without_record))
+            # The last callback and its client callback (see _reporter); None: none yet.
+            self._reporting = (None, self._report_cb)
             self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report_cb})
             self._client_conf = client_conf
             # The client for records sent alone (see the module doc), made on first need.
@@ -421,6 +421,7 @@ class FailoverProducer(Batching):
                 self._poll_client(0)
         finally:
             self._closed = True
+            self._reporting = (None, self._report_cb)  # let go of the last callback
             self._leave_whole()  # the next produce() looks, and raises ProducerClosed
             left = self._buffer.close()
             unsure = self._client_len()
