@@ -63,13 +63,10 @@ class Producing(Delivering):
         Waits up to ``produce_timeout_s`` while ``max_in_flight`` messages are in flight, then
         raises :class:`ProduceTimeout` carrying the message (not accepted).
         """
-        # The healthy path (see the module doc): the topic is whole and nothing waits, so the
-        # message goes to the client as a raw producer's would, placed by the topic's rotation
-        # (keyless) or by librdkafka's murmur2 (keys). Every frame and allocation here is a
-        # measurable share of a message's time next to librdkafka's own produce(). A message
-        # is counted in (_count_in) once held: by the client, or by the retry buffer.
+        # The healthy path (see the module doc): nothing waits, so the message goes to the
+        # client as a raw producer's would (first the commonest cases: the client places it);
+        # every frame here shows next to librdkafka's produce(). Counted in once held.
         if topic in self._placed and headers is None and timestamp is None and partition is None:
-            # The commonest cases, kept shortest: the client places the message.
             if on_delivery is None:
                 try:
                     self._produce_raw(topic, value, key)
@@ -85,13 +82,11 @@ class Producing(Delivering):
             ):
                 # No record: one client callback per user callback (see _reporter).
                 last = self._reporting
-                report = last[1] if on_delivery == last[0] else self._reporter(on_delivery)
+                sent = last[1] if on_delivery == last[0] else self._reporter(on_delivery)
                 try:
-                    self._produce_reported(topic, value, key, _ANY_PARTITION, report)
+                    self._produce_reported(topic, value, key, _ANY_PARTITION, sent)
                 except BaseException as exc:
-                    self._forward_raised(
-                        exc, topic, value, key, _ANY_PARTITION, on_delivery, report
-                    )
+                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, on_delivery, sent)
                 self._count_in()
                 return
         rotation = self._rotations.get(topic, _NOT_WHOLE)
@@ -120,11 +115,11 @@ class Producing(Delivering):
                 and type(key) is not str
             ):
                 last = self._reporting
-                report = last[1] if on_delivery is last[0] else self._reporter(on_delivery)
+                sent = last[1] if on_delivery is last[0] else self._reporter(on_delivery)
                 try:
-                    self._produce_reported(topic, value, key, p, report)
+                    self._produce_reported(topic, value, key, p, sent)
                 except BaseException as exc:
-                    self._forward_raised(exc, topic, value, key, p, on_delivery, report)
+                    self._forward_raised(exc, topic, value, key, p, on_delivery, sent)
                 self._count_in()
                 return
         self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
