@@ -1,7 +1,7 @@
 """The delivery side of :class:`FailoverProducer` (inside confluent-kafka's poll/flush, or the
 metadata thread): a failed message gets its record, the core's verdict and its partition's
 quarantine; a final failure reaches the callback or the dead-letter hook; a metadata answer
-reaches the core."""
+reaches the core (and a topic seen for the first time has its metadata fetched)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from failover_partitioner.confluent._shared import (
     _Record,
     _report_for,
 )
-from failover_partitioner.errors import REFUSED_RIGHTS, ErrorClass, classify
+from failover_partitioner.errors import REFUSED_RIGHTS, ErrorClass, MetadataUnavailable, classify
 from failover_partitioner.health import TopicMetadata
 from retry_buffer import Entry
 
@@ -140,6 +140,20 @@ class Delivering(Clients):
                 rec._attempts,
                 kerr,
             )
+
+    def _chooser_for(self, topic: str) -> None:
+        """Fetch the metadata of a topic seen for the first time (once)."""
+        with self._topics_lock:
+            first = topic not in self._watched
+            self._watched.add(topic)
+        if not first or self._in_callback():
+            self._meta.watch(topic)
+            return
+        try:
+            self._meta.fetch_now(topic, max(self._produce_timeout_s, 0.5))
+        except MetadataUnavailable as exc:
+            self._raise_if_refused(exc)
+            logger.warning("%s; messages for it wait", exc)
 
     def _on_metadata(self, md: TopicMetadata) -> None:
         topic = md.topic

@@ -33,7 +33,6 @@ from failover_partitioner.confluent._shared import (
 from failover_partitioner.core import NO_TOPIC, check_topic
 from failover_partitioner.errors import (
     REFUSED_RIGHTS,
-    MetadataUnavailable,
     ProducerClosed,
     ProduceTimeout,
 )
@@ -161,13 +160,8 @@ class Producing(Delivering):
                         self._produce_with_record(topic, value, None, None, on_delivery, None)
                         return
                     p = _ANY_PARTITION
-                if on_delivery is None:
-                    # No callback either: no record (see _report).
-                    try:
-                        self._produce_raw(topic, value, None, p, self._report_cb)
-                    except (BufferError, confluent_kafka.KafkaException):
-                        # Queue full, or refused: the record path waits or decides.
-                        self._produce_with_record(topic, value, None, None, None, None)
+                if on_delivery is None or type(value) is not str:
+                    self._send_rebuildable(topic, value, None, p, on_delivery)
                     return
                 rec = self._record_cls()
                 rec._cb = on_delivery
@@ -221,18 +215,7 @@ class Producing(Delivering):
             p = _ANY_PARTITION
         if headers is None:
             if on_delivery is None and self._plain:
-                # No callback, no headers: no record either (see _report).
-                try:
-                    # A failure report has no timestamp: one given is kept for a retry.
-                    report = (
-                        self._report_cb
-                        if timestamp is None
-                        else _partial(self._report_keeping, None, timestamp)
-                    )
-                    self._produce_raw(topic, value, key, p, report, None, timestamp or 0)
-                except (BufferError, confluent_kafka.KafkaException):
-                    # Queue full, or refused: the record path waits or decides.
-                    self._produce_with_record(topic, value, key, headers, on_delivery, timestamp)
+                self._send_rebuildable(topic, value, key, p, None, timestamp)
                 return
             kept = None
         else:
@@ -263,10 +246,20 @@ class Producing(Delivering):
                 rec._attempts = 1
                 self._produce_raised(rec, exc, first=True)
             return
+        cb = self._default_cb if on_delivery is None else on_delivery
+        if (
+            cb is not None
+            and kept is None
+            and timestamp is None
+            and type(value) is not str  # a str value or key needs a record to be given
+            and type(key) is not str  # back as it came (the client's report has bytes)
+        ):
+            self._send_rebuildable(topic, value, key, p, cb)
+            return
         if kept is not None:
             kept = kept[:]  # the caller may reuse its list; a retry needs these
         rec = self._record_cls()
-        rec._cb = self._default_cb if on_delivery is None else on_delivery
+        rec._cb = cb
         rec._entry = None
         rec._m = (topic, value, key, kept, timestamp)
         rec._partition = p
@@ -275,6 +268,33 @@ class Producing(Delivering):
             self._sender(rec)(topic, value, key, p, rec, None, timestamp or 0, kept)
         except BaseException as exc:
             self._produce_raised(rec, exc, first=True)
+
+    def _send_rebuildable(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        p: int,
+        cb: DeliveryCallback | None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Send a first attempt whose failure the client's report can rebuild (no headers; a
+        timestamp only without a callback, kept for a retry by the report's partial) without
+        a record: with the producer's own report when nobody listens, else with ``cb``'s (see
+        ``_report_for``). A full queue or a refusal: the record path waits or decides."""
+        if cb is None:
+            send = self._produce_raw
+            sent = (
+                self._report_cb
+                if timestamp is None
+                else _partial(self._report_keeping, None, timestamp)
+            )
+        else:
+            send, sent = self._produce_reported, self._reporter(cb)
+        try:
+            send(topic, value, key, p, sent, None, timestamp or 0)
+        except (BufferError, confluent_kafka.KafkaException):
+            self._produce_with_record(topic, value, key, None, cb, timestamp)
 
     def _forward_raised(
         self,
@@ -491,20 +511,6 @@ class Producing(Delivering):
             except BufferError:
                 rec._attempts -= 1
         return False
-
-    def _chooser_for(self, topic: str) -> None:
-        """Fetch the metadata of a topic seen for the first time (once)."""
-        with self._topics_lock:
-            first = topic not in self._watched
-            self._watched.add(topic)
-        if not first or self._in_callback():
-            self._meta.watch(topic)
-            return
-        try:
-            self._meta.fetch_now(topic, max(self._produce_timeout_s, 0.5))
-        except MetadataUnavailable as exc:
-            self._raise_if_refused(exc)
-            logger.warning("%s; messages for it wait", exc)
 
     def _service(self) -> None:
         """Produce due failed messages again and release due quarantines."""
