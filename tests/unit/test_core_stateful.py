@@ -203,14 +203,19 @@ class CoreMachine(RuleBasedStateMachine):
         failed message waits."""
         if not hasattr(self, "core"):
             return
-        rotations, whole = self.core.healthy_path(self.buffer.failed_depth)
+        rotations, whole, keyed = self.core.healthy_path(self.buffer.failed_depth)
         if self.buffer.failed_depth:
-            assert (rotations, whole) == ({}, frozenset())
+            assert (rotations, whole, keyed) == ({}, frozenset(), {})
             return
         state = self.core.topics.get(TOPIC)
         if state is None or TOPIC not in rotations:
             return
         assert (TOPIC in whole) == state.chooser.view.whole
+        assert (TOPIC in keyed) != (TOPIC in whole), "keys: the client's, or the chooser's"
+        for i in range(20 if TOPIC in keyed else 0):
+            p = keyed[TOPIC](b"key-%d" % i)
+            assert p == NO_PARTITION or state.chooser.usable(p), f"the key goes to {p}"
+            assert p == NO_PARTITION or state.usable_by_metadata(p), f"{p} is not usable"
         rotation = rotations[TOPIC]
         assert rotation is not None, "no client partitioner was declared"
         for _ in range(2 * self.partitions):

@@ -82,6 +82,7 @@ class ProducerState:
     _rotations: dict[str, Iterator[int] | None]
     _whole: set[str]
     _placed: set[str]
+    _keyed: dict[str, Callable[[bytes], int]]
     _whole_lock: threading.Lock
     _client_keyed: bool
     _core: FailoverCore[Entry[_Record]]
@@ -105,6 +106,7 @@ class ProducerState:
         with self._whole_lock:
             self._attention = True
             self._placed.clear()
+            self._keyed.clear()
             self._whole.clear()
             self._rotations.clear()
 
@@ -120,8 +122,9 @@ class ProducerState:
                 self._attention = True
                 self._attention_at = time.monotonic() + 0.005
                 return
-            rotations, whole = self._core.healthy_path(self._buffer.failed_depth)
+            rotations, whole, keyed = self._core.healthy_path(self._buffer.failed_depth)
             self._rotations.update(rotations)
+            self._keyed.update(keyed)
             if self._client_keyed:
                 self._whole.update(whole)
                 if self._default_cb is None:

@@ -284,6 +284,8 @@ class FailoverProducer(Batching):
         # Those of them whose every message the client places (keys too), when there is no
         # default callback: a message without a callback needs no more than the lookup.
         self._placed: set[str] = set()
+        # Those of them not whole: the keyed choice of each (the chooser's, for its view).
+        self._keyed: dict[str, Callable[[bytes], int]] = {}
         self._whole_lock = threading.Lock()
         # sticky.partitioning.linger.ms=0 turns librdkafka's sticky partitioner off.
         linger = str(conf.get("sticky.partitioning.linger.ms", "")).strip()

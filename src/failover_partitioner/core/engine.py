@@ -22,9 +22,10 @@ to it failed                                it closely, leave the healthy path);
                                             buffer's callback)
 ``tick()``: time passed                     :class:`Tick`: quarantines released, when to look
                                             again; then :meth:`due` gives the messages to send
-``healthy_path()``                          the topics whose messages may go straight to the
-                                            client: their keyless rotation (over the usable
-                                            partitions), and which are whole (keys too)
+``healthy_path()``                          :class:`HealthyPath`: the topics whose messages may
+                                            go straight to the client: their keyless rotation
+                                            (over the usable partitions), which are whole (keys
+                                            too), the keyed choice of the others
 =========================================  ===================================================
 
 The bound on what is in flight, the backoff and the "every message ends once" accounting are
@@ -40,7 +41,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Final, Generic, NamedTuple, Protocol, TypeVar
 
 from failover_partitioner.choose import (
     CLIENT_PARTITIONER,
@@ -97,6 +98,22 @@ class Buffer(Protocol[E]):
     def next_due_in(self) -> float | None: ...
 
     def statistics(self) -> Statistics: ...
+
+
+class HealthyPath(NamedTuple):
+    """What may go straight to the client while nothing waits (:meth:`FailoverCore.healthy_path`).
+
+    ``rotations``: each topic's keyless rotation (``next()`` of it is the next partition; None:
+    the client places them), for a whole topic and for one some of whose partitions are out of
+    use (the rotation then covers the usable ones). ``whole``: the topics with every partition
+    usable, whose keyed messages the client may place. ``keyed``: for the others in
+    ``rotations``, the keyed choice of the current view (the key's home while usable, else per
+    the key policy; :data:`NO_PARTITION`: the message must wait, so it takes the long way).
+    """
+
+    rotations: dict[str, Iterator[int] | None]
+    whole: frozenset[str]
+    keyed: dict[str, Callable[[bytes], int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,28 +342,26 @@ class FailoverCore(Generic[E]):
 
     # -- the healthy path -------------------------------------------------------------------
 
-    def healthy_path(
-        self, failed_depth: int
-    ) -> tuple[dict[str, Iterator[int] | None], frozenset[str]]:
-        """The topics whose messages may go straight to the client, and how: ``(rotations,
-        whole)``. ``rotations`` holds each topic's keyless rotation (None: the client places
-        them), for a whole topic and for one some of whose partitions are out of use (the
-        rotation then covers the usable ones); ``whole`` names the topics with every partition
-        usable, whose keyed messages may go straight too. The path is off (nothing) while
-        anything waits in the failed buffer."""
+    def healthy_path(self, failed_depth: int) -> HealthyPath:
+        """The topics whose messages may go straight to the client, and how (see
+        :class:`HealthyPath`). The path is off (nothing) while anything waits in the failed
+        buffer."""
         if failed_depth:
-            return {}, frozenset()
+            return HealthyPath({}, frozenset(), {})
         rotations: dict[str, Iterator[int] | None] = {}
         whole: set[str] = set()
+        keyed: dict[str, Callable[[bytes], int]] = {}
         for topic, chooser in list(self.choosers.items()):
             rotation = chooser.whole_rotation(self._client_sticky)
             if rotation is not False:
                 whole.add(topic)
             elif not chooser.view.whole:
                 rotation = chooser.keyless_rotation()
+                if rotation is not False:
+                    keyed[topic] = chooser.keyed
             if rotation is not False:
                 rotations[topic] = rotation
-        return rotations, frozenset(whole)
+        return HealthyPath(rotations, frozenset(whole), keyed)
 
     def whole(self, topic: str) -> bool:
         chooser = self.choosers.get(topic)

@@ -1,0 +1,443 @@
+"""The failover path of a single message in :class:`FailoverProducer`: the core routes it (or
+the healthy path's choice of a topic with some partitions out of use), a first attempt goes to
+the client with a record only when its report could not rebuild it, due retries are produced
+again, and a refusal by the client at once leads on (wait for room, try a full queue again,
+fail, or raise to the caller)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import KafkaError
+
+from failover_partitioner._message import DeliveryGroup, UndeliveredMessage
+from failover_partitioner.choose import CLIENT_PARTITIONER, PartitionChooser
+from failover_partitioner.confluent._delivering import Delivering
+from failover_partitioner.confluent._shared import (
+    _ANY_PARTITION,
+    DeliveryCallback,
+    _check_header_items,
+    _ErrorsOnly,
+    _GroupReport,
+    _kafka_error,
+    _key_bytes,
+    _normalise_headers,
+    _partial,
+    _Record,
+)
+from failover_partitioner.core import NO_TOPIC, check_topic
+from failover_partitioner.errors import (
+    REFUSED_RIGHTS,
+    ProducerClosed,
+    ProduceTimeout,
+)
+
+logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
+
+
+class Routing(Delivering):
+    """The paths a single message takes to the client off the healthy path."""
+
+    def _produce_failover(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: Mapping[str, Any] | list[tuple[str, Any]] | None,
+        on_delivery: DeliveryCallback | None,
+        timestamp: int | None,
+        partition: int | None,
+    ) -> None:
+        """``produce`` off the healthy path: the core routes the message (the keyless common
+        case through the chooser's own rotation; a key, while the healthy path is on for a topic
+        with some partitions out of use, through the chooser's keyed choice)."""
+        if self._attention:
+            self._service()  # also raises ProducerClosed once closed
+        if on_delivery is not None and self._quiet is not None and not self._end_quiet():
+            raise self._timed_out(topic, value, key, headers, timestamp)
+        if headers is None and timestamp is None and partition is None:
+            if key is None:
+                # Keyless, nothing but perhaps a callback to keep. The dict holds a topic only
+                # when such a message needs nothing else (no id header, no errors-only wrapper,
+                # no byte budget), so one lookup stands for all those checks.
+                chooser = self._bare.get(topic)
+                if chooser is not None:
+                    self._produce_bare(chooser, topic, value, on_delivery)
+                    return
+            elif self._produce_keyed(topic, value, key, on_delivery):
+                return
+        if not self._buffer.has_room():
+            self._wait_for_room(topic, value, key, headers, timestamp)
+        if key is not None and type(key) is not bytes:
+            _key_bytes(key)  # a bad key type raises here, before the message is accepted
+        if on_delivery is not None and not callable(on_delivery):
+            raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
+        known = topic in self._choosers
+        if not known:
+            check_topic(topic)  # a known topic was checked when first seen
+        # Headers already in confluent-kafka's list-of-pairs form (the mirror's) stay inline
+        # too: the client checks each pair as it converts them, and a refusal is reported
+        # with a clear message before the message is accepted (see _produce_raised).
+        if known and self._simple and (headers is None or type(headers) is list):
+            p = self._core.route(
+                topic,
+                key if key is None or type(key) is bytes else _key_bytes(key),
+                len(value) if value and self._count_bytes else 0,
+                partition,
+            )
+            if p >= 0 or p == CLIENT_PARTITIONER:
+                self._produce_routed(topic, value, key, headers, on_delivery, timestamp, p)
+                return
+        self._produce_with_record(
+            topic, value, key, headers, on_delivery, timestamp, prefer=partition
+        )
+
+    def _produce_bare(
+        self,
+        chooser: PartitionChooser,
+        topic: str,
+        value: bytes | str | None,
+        on_delivery: DeliveryCallback | None,
+    ) -> None:
+        """A keyless message without headers or timestamp: the chooser's own next answer (the
+        core's answer for it, without the core's frame)."""
+        if on_delivery is None:
+            on_delivery = self._default_cb
+        elif not callable(on_delivery):
+            raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
+        if not self._buffer.has_room():
+            self._wait_for_room(topic, value, None, None, None)
+        p = chooser.next_keyless()
+        if p < 0:
+            if p != CLIENT_PARTITIONER:  # nothing usable: the message waits
+                self._produce_with_record(topic, value, None, None, on_delivery, None)
+                return
+            p = _ANY_PARTITION
+        if on_delivery is None or type(value) is not str:
+            self._send_rebuildable(topic, value, None, p, on_delivery)
+            return
+        rec = self._record_cls()
+        rec._cb = on_delivery
+        rec._entry = None
+        rec._m = (topic, value, None, None, None)
+        rec._partition = p
+        rec._attempts = 1
+        try:
+            self._produce_reported(topic, value, None, p, rec)
+        except BaseException as exc:
+            self._produce_raised(rec, exc, first=True)
+
+    def _produce_keyed(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str,
+        on_delivery: DeliveryCallback | None,
+    ) -> bool:
+        """A keyed message without headers or timestamp on the healthy path of a topic with
+        some partitions out of use: the chooser's keyed choice for the current view (the
+        key's home while usable), sent without a record. False: it takes the long way (a
+        message that needs a record, or must wait)."""
+        keyed = self._keyed.get(topic)
+        cb = self._default_cb if on_delivery is None else on_delivery
+        if (
+            keyed is None
+            or type(value) is str  # a report gives the client's bytes back: a str value or
+            or type(key) is str  # key needs a record to be given back as it came
+            or not (cb is None or (callable(cb) and not isinstance(cb, DeliveryGroup)))
+        ):
+            return False
+        p = keyed(key if type(key) is bytes else _key_bytes(key))
+        if p < 0:
+            return False
+        self._send_rebuildable(topic, value, key, p, cb)
+        return True
+
+    def _produce_routed(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: list[tuple[str, Any]] | None,
+        on_delivery: DeliveryCallback | None,
+        timestamp: int | None,
+        p: int,
+    ) -> None:
+        """Send a first attempt the core routed to ``p``, with no record where none is needed."""
+        if p < 0:
+            p = _ANY_PARTITION
+        if headers is None:
+            if on_delivery is None and self._plain:
+                self._send_rebuildable(topic, value, key, p, None, timestamp)
+                return
+            kept = None
+        else:
+            # The client checks values but writes any name as str(name) (a bytes
+            # name becomes "b'...'"): refuse that here, as the checked path does.
+            try:
+                for name, _ in headers:
+                    if type(name) is not str:
+                        raise TypeError
+            except (TypeError, ValueError):
+                _normalise_headers(headers, topic)  # raises, naming the pair
+            kept = headers
+        if isinstance(on_delivery, DeliveryGroup):
+            # No record: the group hears of a first-attempt delivery without a report,
+            # and a failure is rebuilt from the client's (see DeliveryGroup).
+            report = on_delivery._client_report
+            if report is None or report.producer is not self:
+                report = on_delivery._client_report = _GroupReport(self, on_delivery)
+            if kept is not None or timestamp is not None:
+                if kept is not None:
+                    kept = kept[:]  # the caller may reuse its list; a retry needs these
+                report = _partial(report.keeping, kept, timestamp)
+            try:
+                self._produce_reported(topic, value, key, p, report, None, timestamp or 0, kept)
+            except BaseException as exc:
+                rec = self._record_cls.new(topic, value, key, kept, timestamp, on_delivery)
+                rec._partition = p
+                rec._attempts = 1
+                self._produce_raised(rec, exc, first=True)
+            return
+        cb = self._default_cb if on_delivery is None else on_delivery
+        if (
+            cb is not None
+            and kept is None
+            and timestamp is None
+            and type(value) is not str  # a str value or key needs a record to be given
+            and type(key) is not str  # back as it came (the client's report has bytes)
+        ):
+            self._send_rebuildable(topic, value, key, p, cb)
+            return
+        if kept is not None:
+            kept = kept[:]  # the caller may reuse its list; a retry needs these
+        rec = self._record_cls()
+        rec._cb = cb
+        rec._entry = None
+        rec._m = (topic, value, key, kept, timestamp)
+        rec._partition = p
+        rec._attempts = 1
+        try:
+            self._sender(rec)(topic, value, key, p, rec, None, timestamp or 0, kept)
+        except BaseException as exc:
+            self._produce_raised(rec, exc, first=True)
+
+    def _send_rebuildable(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        p: int,
+        cb: DeliveryCallback | None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Send a first attempt whose failure the client's report can rebuild (no headers; a
+        timestamp only without a callback, kept for a retry by the report's partial) without
+        a record: with the producer's own report when nobody listens, else with ``cb``'s (see
+        ``_report_for``). A full queue or a refusal: the record path waits or decides."""
+        if cb is None:
+            send = self._produce_raw
+            sent = (
+                self._report_cb
+                if timestamp is None
+                else _partial(self._report_keeping, None, timestamp)
+            )
+        else:
+            send, sent = self._produce_reported, self._reporter(cb)
+        try:
+            send(topic, value, key, p, sent, None, timestamp or 0)
+        except (BufferError, confluent_kafka.KafkaException):
+            self._produce_with_record(topic, value, key, None, cb, timestamp)
+
+    def _produce_with_record(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: object,
+        on_delivery: DeliveryCallback | None,
+        timestamp: int | None,
+        *,
+        prefer: int | None = None,
+    ) -> None:
+        rec = self._record_cls()
+        cb = self._default_cb if on_delivery is None else on_delivery
+        if cb is not None and self._only_errors:
+            cb = _ErrorsOnly(cb)
+        rec._cb = cb
+        rec._entry = None
+        rec._partition = -1
+        rec._attempts = 0
+        out = _normalise_headers(headers, topic)
+        if self._message_id_header is not None:
+            out = [] if out is None else out
+            out.append((self._message_id_header, b"%s-%d" % (self._id_prefix, next(self._ids))))
+        rec._m = (topic, value, key, out, timestamp)
+        self._dispatch(rec, first=True, prefer=prefer)
+
+    def _wait_for_room(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: object,
+        timestamp: int | None,
+        *,
+        need: int = 1,
+    ) -> None:
+        """Serve callbacks and retries until ``need`` messages fit under the in-flight limit,
+        or time out."""
+        deadline = time.monotonic() + self._produce_timeout_s
+        has_room = self._buffer.has_room
+        while not has_room(need):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._in_callback():
+                raise self._timed_out(topic, value, key, headers, timestamp)
+            self._poll_client(min(remaining, 0.05))
+            if self._attention:
+                self._service()
+
+    def _timed_out(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: object,
+        timestamp: int | None,
+    ) -> ProduceTimeout:
+        """The refusal of a message that waited ``produce_timeout_s`` for room (not accepted:
+        the exception carries it back)."""
+        out = _normalise_headers(headers, topic)
+        message = UndeliveredMessage(
+            topic=topic,
+            value=value,
+            key=key,
+            headers=None if out is None else tuple(out),
+            timestamp=timestamp,
+            attempts=0,
+            last_error=None,
+            possibly_delivered=False,
+        )
+        return ProduceTimeout(message, limit=self._limit, timeout_s=self._produce_timeout_s)
+
+    def _dispatch(self, rec: _Record, *, first: bool = False, prefer: int | None = None) -> None:
+        """Choose a partition and hand ``rec`` to the client, or let it wait. ``prefer``: the
+        caller's partition, taken while usable (first attempts only; see ``produce``)."""
+        topic, value, key, headers, timestamp = rec._m
+        if topic not in self._choosers:
+            self._chooser_for(topic)
+        p = self._core.route(
+            topic,
+            key if key is None or type(key) is bytes else _key_bytes(key),
+            len(value or b"") if self._count_bytes else 0,
+            prefer,
+        )
+        if p == CLIENT_PARTITIONER:
+            p = _ANY_PARTITION
+        elif p < 0:
+            if p == NO_TOPIC:
+                error = KafkaError(
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    f"topic {topic!r} does not exist (per cluster metadata)",
+                )
+                self._fail_finally(rec, error)
+                return
+            self._wait(rec, p)
+            return
+        previous = rec._partition
+        rec._partition = p
+        rec._attempts += 1
+        produce = self._sender(rec)
+        try:
+            produce(topic, value, key, p, rec, None, timestamp or 0, headers)
+        except BaseException as exc:
+            self._produce_raised(rec, exc, first=first, previous=previous)
+            return
+        self._core.sent(previous, p)
+
+    def _sender(self, rec: _Record) -> Any:
+        """The produce call for ``rec``: the solo client's once its batch was refused whole, the
+        main client's when a delivery must be heard of (a callback, or a retry the buffer
+        counts), else the one for first attempts (the quiet client while the producer is)."""
+        if getattr(rec, "_solo", False):
+            return self._solo().produce
+        if rec._cb is None and rec._entry is None:
+            return self._produce_raw
+        return self._produce_reported
+
+    def _produce_raised(
+        self, rec: _Record, exc: BaseException, *, first: bool, previous: int = -1
+    ) -> None:
+        """The client refused ``rec`` at once (queue full, a bad argument, an interrupt)."""
+        partition = rec._partition
+        rec._attempts -= 1
+        rec._partition = previous
+        if isinstance(exc, BufferError):
+            if not self._retry_queue_full(rec, partition):
+                self._wait(rec, exc)
+            return
+        if first and rec._entry is None:
+            if (
+                isinstance(exc, confluent_kafka.KafkaException)
+                and _kafka_error(exc).code() in REFUSED_RIGHTS
+            ):
+                # The client already knows the cluster refuses this user: not the caller's
+                # mistake, so the message ends here as any refused one does (callback,
+                # dead-letter hook), never rerouted.
+                self._refusals[rec._m[0]] = (time.monotonic(), _kafka_error(exc))
+                self._fail_finally(rec, exc)
+                return
+            # The caller's own mistake (a bad value type, ...) or Ctrl-C: the message was not
+            # accepted: the caller sees the exception.
+            headers = rec._m[3]
+            if headers is not None and isinstance(exc, TypeError):
+                _check_header_items(headers, rec._m[0], exc)
+            raise exc
+        if not isinstance(exc, Exception):
+            self._wait(rec, exc)  # interrupted while re-producing: keep the message
+            raise exc
+        logger.error("producing a retried message to %s failed: %r", rec._m[0], exc)
+        self._fail_finally(rec, exc)
+
+    def _retry_queue_full(self, rec: _Record, partition: int) -> bool:
+        """librdkafka's queue is full: serve callbacks and try again, within produce_timeout_s."""
+        if self._in_callback():
+            return False
+        topic, value, key, headers, timestamp = rec._m
+        produce = self._sender(rec)
+        deadline = time.monotonic() + self._produce_timeout_s
+        while time.monotonic() < deadline:
+            self._poll_client(0.01)
+            rec._partition = partition
+            rec._attempts += 1
+            try:
+                produce(topic, value, key, partition, rec, None, timestamp or 0, headers)
+                return True
+            except BufferError:
+                rec._attempts -= 1
+        return False
+
+    def _service(self) -> None:
+        """Produce due failed messages again and release due quarantines."""
+        if self._closed:
+            raise ProducerClosed("produce() after close()")
+        now = time.monotonic()
+        if now < self._attention_at:
+            return
+        self._attention = False
+        core = self._core
+        tick = core.tick()
+        for topic, fast in tick.fast.items():
+            self._meta.set_fast(topic, fast)
+        for entry in core.due():
+            self._dispatch(entry.item)
+        next_at = core.next_at(tick)
+        if next_at is not None:
+            self._attention_at = next_at
+            self._attention = True
+        else:
+            self._reopen_whole()
