@@ -12,9 +12,11 @@ Keyed messages
     While the key's own partition is usable the key gets it, and that partition is the one
     Kafka's default partitioner picks (``toPositive(murmur2(key)) % partitions``), so key
     affinity is unchanged. When it is unusable, ``key_policy="failover"`` places the key by
-    rendezvous hashing over the usable partitions: only keys of degraded partitions move, each
-    to a stable place, and they return when their partition recovers (filtering the list and
-    taking ``murmur2 % len(usable)`` would instead move almost every key; cf. kafka-go #139).
+    rendezvous hashing over the usable partitions (of the key's bucket, its hash modulo 1,024,
+    so that each bucket's place is worked out once per view): only keys of degraded partitions
+    move, each to a stable place, and they return when their partition recovers (filtering
+    the list and taking ``murmur2 % len(usable)`` would instead move almost every key; cf.
+    kafka-go #139).
     ``key_policy="strict"`` never moves a key: the chooser answers :data:`NO_PARTITION` and the
     producer keeps the message waiting.
 
@@ -74,6 +76,9 @@ KeyPolicy = Literal["failover", "strict"]
 _STRATEGIES: Final = ("round_robin", "sticky")
 _KEY_POLICIES: Final = ("failover", "strict")
 _M64: Final = 0xFFFFFFFFFFFFFFFF
+# Keys of unusable partitions are placed by their bucket (their hash modulo this): enough
+# buckets to spread them evenly, few enough to remember every bucket's place per view.
+_BUCKETS: Final = 1024
 
 # The sticky strategy's defaults, the same for both producers (they take them from here):
 # move on after this many messages; no byte budget, because counting bytes costs a Python
@@ -224,13 +229,22 @@ def _keyed_for(
     if client and not strict and len(usable) == n:
         return _client_places
 
+    # A key whose home is out of use goes where its bucket's rendezvous hashing says: the
+    # winner of each of _BUCKETS buckets is worked out once per plan, on first need (a
+    # rendezvous over the usable partitions costs microseconds; a lookup, nanoseconds).
+    winners = [NO_PARTITION] * _BUCKETS
+
     def keyed(key: bytes) -> int:
         p = home(key, n)
         if mask[p]:
             return p
         if strict:
             return NO_PARTITION
-        return rendezvous(seed(key), usable)
+        bucket = seed(key) % _BUCKETS
+        p = winners[bucket]
+        if p < 0:
+            p = winners[bucket] = rendezvous(bucket, usable)
+        return p
 
     return keyed
 

@@ -335,3 +335,23 @@ def test_a_client_keyed_chooser_leaves_keys_to_the_client_only_while_all_are_usa
     strict = PartitionChooser(view(6), ChoiceOptions(key_policy="strict"), client_keyed=True)
     assert strict.keyed(b"x") == partition_for_key(b"x", 6)
     assert PartitionChooser(view(6)).keyed(b"x") == partition_for_key(b"x", 6)
+
+
+def test_keys_of_an_unusable_partition_spread_and_stay_put_when_another_goes() -> None:
+    """The keys of an unusable partition spread over the usable ones (by their bucket's
+    rendezvous hashing); when one more partition goes, only the keys that had chosen it move,
+    and a key comes back home once its partition is usable again."""
+    chooser = PartitionChooser(view(6, down=frozenset({1})))
+    keys = [b"k%d" % i for i in range(6000)]
+    moved = [k for k in keys if partition_for_key(k, 6) == 1]
+    before = {k: chooser.keyed(k) for k in moved}
+    assert before == {k: chooser.keyed(k) for k in moved}, "stable"
+    counts = Counter(before.values())
+    assert set(counts) == {0, 2, 3, 4, 5}
+    assert min(counts.values()) > 0.6 * len(moved) / 5, counts
+    chooser.update(view(6, down=frozenset({1, 4})))
+    after = {k: chooser.keyed(k) for k in moved}
+    assert all(after[k] == before[k] for k in moved if before[k] != 4)
+    assert {after[k] for k in moved if before[k] == 4} <= {0, 2, 3, 5}
+    chooser.update(view(6))
+    assert all(chooser.keyed(k) == 1 for k in moved)
