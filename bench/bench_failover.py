@@ -133,7 +133,7 @@ def _raw_rate(bootstrap: str, n: int, per_message: bool) -> tuple[float, float]:
 
 
 def _failover_rate(
-    bootstrap: str, n: int, per_message: bool, **options: Any
+    bootstrap: str, n: int, per_message: bool, *, keyed: bool = False, **options: Any
 ) -> tuple[float, float]:
     p = FailoverProducer(
         {"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0},
@@ -143,9 +143,28 @@ def _failover_rate(
     try:
         p.health(TOPIC)
         cb = _noop if per_message else None
+        if keyed:
+            return _timed(n, lambda: _drive_keyed(p.produce, p.poll, n, cb), p.flush, "keyed")
         return _timed(n, lambda: _drive(p.produce, p.poll, n, cb), p.flush, "FailoverProducer")
     finally:
         p.close()
+
+
+_KEYS = [b"key-%d" % i for i in range(1000)]
+
+
+def _drive_keyed(
+    produce: Callable[..., None],
+    poll: Callable[[float], Any],
+    n: int,
+    on_delivery: Callable[[Any, Any], None] | None,
+) -> None:
+    """``_drive``'s loop with 1,000 keys in turn (FailoverProducer waits at a full queue)."""
+    keys = _KEYS
+    for i in range(n):
+        produce(TOPIC, VALUE, keys[i % 1000], on_delivery=on_delivery)
+        if i % 1000 == 0:
+            poll(0)
 
 
 def _compare(
@@ -378,21 +397,30 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
         rotation_cost = _raw_round_robin_ratio(cluster.bootstrap_servers, n, repeat)
     finally:
         cluster.close()
-    for strategy in ("round_robin", "sticky"):
+    for strategy, keyed in (("round_robin", False), ("sticky", False), ("round_robin", True)):
         runs = runs_under_fault(
-            functools.partial(_faulty_rate, n=n, strategy=strategy), TOPIC, PARTITIONS, repeat
+            functools.partial(_faulty_rate, n=n, strategy=strategy, keyed=keyed),
+            TOPIC,
+            PARTITIONS,
+            repeat,
         )
         note = f"first run after the stop (transition included): {runs.transition}"
-        if strategy == "round_robin":
+        if keyed:
+            note += (
+                "; 1,000 keys in turn, a per-message callback on both sides; the keys of the "
+                "partitions out of use go elsewhere by rendezvous hashing"
+            )
+        elif strategy == "round_robin":
             note += (
                 "; while degraded, keyless messages go round robin over the usable partitions, "
                 "one partition per message; a raw Producer doing that on the healthy cluster "
                 f"runs at {rotation_cost:.2f}x of its own keyless (sticky) rate"
             )
+        what = f"FailoverProducer({strategy}){', keyed, per-message on_delivery' if keyed else ''}"
         figures.append(
             Figure(
                 issue=HEALTHY_PATH_ISSUE,
-                name=f"minibroker: FailoverProducer({strategy}) with brokers 4,5 down vs healthy",
+                name=f"minibroker: {what} with brokers 4,5 down vs healthy",
                 value=statistics.median(runs.faulty),
                 reference=statistics.median(runs.healthy),
                 unit="msg/s",
@@ -403,8 +431,8 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
     return figures
 
 
-def _faulty_rate(bootstrap: str, *, n: int, strategy: str) -> float:
-    return _failover_rate(bootstrap, n, False, strategy=strategy)[0]
+def _faulty_rate(bootstrap: str, *, n: int, strategy: str, keyed: bool) -> float:
+    return _failover_rate(bootstrap, n, keyed, keyed=keyed, strategy=strategy)[0]
 
 
 def _raw_round_robin_ratio(bootstrap: str, n: int, repeat: int) -> float:
