@@ -407,7 +407,7 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
         note = f"first run after the stop (transition included): {runs.transition}"
         if keyed:
             note += (
-                "; 1,000 keys in turn, a per-message callback on both sides; the keys of the "
+                "; 1,000 keys in turn, a per-message callback in both runs; the keys of the "
                 "partitions out of use go elsewhere by rendezvous hashing"
             )
         elif strategy == "round_robin":
