@@ -117,19 +117,7 @@ class Routing(Delivering):
                 self._produce_with_record(topic, value, None, None, on_delivery, None)
                 return
             p = _ANY_PARTITION
-        if on_delivery is None or type(value) is not str:
-            self._send_rebuildable(topic, value, None, p, on_delivery)
-            return
-        rec = self._record_cls()
-        rec._cb = on_delivery
-        rec._entry = None
-        rec._m = (topic, value, None, None, None)
-        rec._partition = p
-        rec._attempts = 1
-        try:
-            self._produce_reported(topic, value, None, p, rec)
-        except BaseException as exc:
-            self._produce_raised(rec, exc, first=True)
+        self._produce_routed(topic, value, None, None, on_delivery, None, p)
 
     def _produce_keyed(
         self,
