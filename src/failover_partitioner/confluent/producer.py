@@ -28,32 +28,38 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   rule the keyed choice follows; its sticky partitioner for keyless ones, unless ``headroom``
   or ``client_rack`` want the rotation), no check of its own (the client's bounded queue
   refuses at the limit: the message then waits for room as a raw producer's caller would), no
-  record without a callback (the client's one config-level callback, ``_report_for``, rebuilds
-  a failed message from the report), and with one a record holding only the message and the
-  callback. The first failure, quarantine, metadata change or message
+  record (a failed message is rebuilt from the client's report: without a callback by the
+  client's one config-level callback, with one by a client callback made once per user
+  callback, ``_report_for``, which also makes the callback's report when a delivery's comes;
+  a record per message held until delivery would keep Python's cyclic garbage collector
+  busy). A message with a ``str`` value or key keeps a record, to be given back as it came.
+  The first failure, quarantine, metadata change or message
   that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts the
   topics back once nothing waits (``_reopen_whole``). A topic some of whose partitions are
   out of use (under min ISR, no leader) stays on the path for its keyless messages, placed by
-  the chooser's own rotation over the usable partitions; its keyed ones take the chooser's.
+  the chooser's own rotation over the usable partitions; its keyed ones take the chooser's
+  keyed choice (``_produce_keyed``: the key's home while usable, else its bucket's rendezvous
+  winner), without the core's frame.
 * **Other first attempts** go to the client with an explicit ``partition=`` chosen from the
   topic's current :class:`~failover_partitioner.health.TopicView` (confluent-kafka cannot take
   a Python partitioner), except where librdkafka's own partitioner follows the same rule while
   every partition is usable (keys with ``murmur2_random``; keyless ``sticky``): then the
   chooser answers ``CLIENT_PARTITIONER`` and the client places it (see
-  :mod:`failover_partitioner.choose`). A message without a callback or headers needs no record
-  of its own: if it failed, the producer's one delivery callback rebuilds it from the
-  client's report (topic, key, value, timestamp are all there). Other messages
-  carry a record (a :class:`DeliveryReport` subclass whose ``__call__`` is the callback, so no
-  closure is made per message). Headers given as a list of pairs (confluent-kafka's own form)
-  are copied and passed through unchecked: the client checks each pair as it converts it, and
-  when it refuses one the caller gets a ``TypeError`` naming the bad pair, before the message
-  is accepted. A dict, or a list before the topic's metadata is known, is checked in Python.
+  :mod:`failover_partitioner.choose`). A message without headers (and, with a callback, without
+  a timestamp or a ``str`` value or key) needs no record of its own: if it failed, it is
+  rebuilt from the client's report (topic, key, value, timestamp are all there;
+  ``_send_rebuildable``). Other messages carry a record (a :class:`DeliveryReport` subclass
+  whose ``__call__`` is the callback, so no closure is made per message). Headers given as a
+  list of pairs (confluent-kafka's own form) are copied and passed through unchecked: the
+  client checks each pair as it converts it, and when it refuses one the caller gets a
+  ``TypeError`` naming the bad pair, before the message is accepted. A dict, or a list
+  before the topic's metadata is known, is checked in Python.
 * **Batches.** ``produce_batch`` hands value-only keyless messages to the client's
   ``produce_batch``, one call per partition, after one chooser step for the chunk
   (:meth:`~failover_partitioner.choose.PartitionChooser.keyless_deal`). They carry no record:
-  with a callback, one callable for the call makes each message's record when its report
-  comes. What the client refuses (queue full, a partition it does not know yet, a bad value)
-  and every other kind of message take the single path, already counted in.
+  with a callback, the callback's client callback makes each message's report when the
+  client's comes. What the client refuses (queue full, a partition it does not know yet, a
+  bad value) and every other kind of message take the single path, already counted in.
 * **A batch refused whole.** A broker answers a batch larger than its ``message.max.bytes``
   (or holding one bad record) with MSG_SIZE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD
   or CORRUPT_MESSAGE for every record in it. librdkafka cannot be told to split a batch, so
