@@ -19,7 +19,6 @@ from failover_partitioner.confluent._shared import (
     _PLAIN_CALLBACKS,
     _REFUSAL_MEMORY_S,
     DeliveryCallback,
-    _Delivered,
     _kafka_error,
     _Record,
     _report_for,
@@ -42,7 +41,7 @@ class Delivering(Clients):
         last = self._reporting
         if cb is last[0] or (type(cb) in _PLAIN_CALLBACKS and cb == last[0]):
             return last[1]  # the same callback (a method is made anew at each reading)
-        report = _report_for(self._failed_without_record, cb, _Delivered)
+        report = _report_for(self._failed_without_record, cb)
         self._reporting = (cb, report)
         return report
 

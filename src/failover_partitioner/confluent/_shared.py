@@ -81,20 +81,18 @@ def _queue_bound(given: object, limit: int) -> object:
 
 
 def _report_for(
-    failed: Callable[[Any, Any, Any], None],
-    cb: DeliveryCallback | None = None,
-    made: Callable[[], _Delivered] | None = None,
+    failed: Callable[[Any, Any, Any], None], cb: DeliveryCallback | None = None
 ) -> Callable[[Any, Any], None]:
     """The delivery callback of messages produced without a record (no headers and no timestamp
     of their own, or kept by the caller): a failure is rebuilt from the client's report
     (``failed(cb, err, msg)``). A delivery needs nothing when nobody listens (deliveries are not
     counted one by one: see ``FailoverProducer.statistics``); else ``cb`` gets a report made
-    from the client's (``made()``, a :class:`_Delivered`), which lives only as long as the
-    call. One callable serves every message of a callback: a record per message, held until
-    its delivery, would leave many thousands of live objects for Python's cyclic garbage
-    collector to walk again and again (with per-message callbacks that cost more than the rest
-    of the path). A closure: its cells are cheaper to read than a bound method's attributes."""
-    if cb is None or made is None:
+    from the client's (a :class:`_Delivered`), which lives only as long as the call. One
+    callable serves every message of a callback: a record per message, held until its
+    delivery, would leave many thousands of live objects for Python's cyclic garbage collector
+    to walk again and again (with per-message callbacks that cost more than the rest of the
+    path). A closure: its cells are cheaper to read than a bound method's attributes."""
+    if cb is None:
 
         def report(err: Any, msg: Any) -> None:
             if err is not None:
@@ -106,7 +104,7 @@ def _report_for(
         if err is not None:
             failed(cb, err, msg)
             return
-        rec = made()
+        rec = _Delivered()
         rec._msg = msg
         cb(None, rec)
 
