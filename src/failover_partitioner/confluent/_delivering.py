@@ -163,7 +163,7 @@ class Delivering(Clients):
             self._meta.set_fast(topic, change.fast)
         self._attention_at = 0.0
         # The view may have changed: off the healthy path until _service looks again.
-        self._leave_whole()
+        self._leave_whole(topic)
 
     def _admit(self, rec: _Record) -> Entry[_Record]:
         """Give ``rec`` its retry-buffer entry (on its first failure or wait): it was counted

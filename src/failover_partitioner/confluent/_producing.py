@@ -15,7 +15,7 @@ from failover_partitioner._message import DeliveryGroup
 from failover_partitioner.confluent._routing import Routing
 from failover_partitioner.confluent._shared import (
     _ANY_PARTITION,
-    _NOT_WHOLE,
+    _OFF,
     _PLAIN_CALLBACKS,
     DeliveryCallback,
     _key_bytes,
@@ -47,42 +47,21 @@ class Producing(Routing):
         raises :class:`ProduceTimeout` carrying the message (not accepted).
         """
         # The healthy path (see the module doc): nothing waits, so the message goes to the
-        # client as a raw producer's would (first the commonest cases: the client places it);
-        # every frame here shows next to librdkafka's produce(). Counted in once held.
-        if topic in self._placed and headers is None and timestamp is None and partition is None:
-            if on_delivery is None:
-                try:
-                    self._produce_raw(topic, value, key)
-                except BaseException as exc:
-                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, None, None)
-                self._count_in()
-                return
-            if (
-                type(on_delivery) in _PLAIN_CALLBACKS
-                and self._quiet is None
-                and type(value) is not str  # a report gives the client's bytes back: a str
-                and type(key) is not str  # needs a record to be given back as it came
-            ):
-                # No record: one client callback per user callback (see _reporter).
-                last = self._reporting
-                sent = last[1] if on_delivery == last[0] else self._reporter(on_delivery)
-                try:
-                    self._produce_reported(topic, value, key, _ANY_PARTITION, sent)
-                except BaseException as exc:
-                    self._forward_raised(exc, topic, value, key, _ANY_PARTITION, on_delivery, sent)
-                self._count_in()
-                return
-        rotation = self._rotations.get(topic, _NOT_WHOLE)
-        if (
-            rotation is not _NOT_WHOLE
-            and headers is None
-            and timestamp is None
-            and partition is None  # a preference is checked against the view, below
-            and (key is None or topic in self._whole)  # keys: the client's murmur2, if whole
-        ):
-            p = _ANY_PARTITION if rotation is None or key is not None else next(rotation)
-            if on_delivery is None:
-                on_delivery = self._default_cb
+        # client as a raw producer's would, placed by the client (lane None; keys too) or by
+        # the topic's rotation over its usable partitions (a keyless message). Every frame
+        # here shows next to librdkafka's produce(). Counted in once held.
+        if headers is None and timestamp is None and partition is None:
+            try:
+                lane = self._lanes[topic]
+            except KeyError:  # a topic not seen yet
+                lane = _OFF
+            if lane is not _OFF and (key is None or lane is None or topic in self._whole):
+                if lane is None:  # (and no default callback)
+                    p = _ANY_PARTITION
+                else:
+                    p = _ANY_PARTITION if key is not None else lane()
+                    if on_delivery is None:
+                        on_delivery = self._default_cb
                 if on_delivery is None:
                     try:
                         self._produce_raw(topic, value, key, p)
@@ -90,21 +69,29 @@ class Producing(Routing):
                         self._forward_raised(exc, topic, value, key, p, None, None)
                     self._count_in()
                     return
-            if (
-                callable(on_delivery)
-                and not isinstance(on_delivery, DeliveryGroup)
-                and self._quiet is None  # else the failover path ends the quiet mode first
-                and type(value) is not str
-                and type(key) is not str
-            ):
-                last = self._reporting
-                sent = last[1] if on_delivery is last[0] else self._reporter(on_delivery)
-                try:
-                    self._produce_reported(topic, value, key, p, sent)
-                except BaseException as exc:
-                    self._forward_raised(exc, topic, value, key, p, on_delivery, sent)
-                self._count_in()
-                return
+                if (
+                    self._quiet is None  # else the failover path ends the quiet mode first
+                    and type(value) is not str  # a report gives the client's bytes back: a str
+                    and type(key) is not str  # needs a record to be given back as it came
+                    and (
+                        type(on_delivery) in _PLAIN_CALLBACKS
+                        or (callable(on_delivery) and not isinstance(on_delivery, DeliveryGroup))
+                    )
+                ):
+                    # No record: one client callback per user callback (see _reporter).
+                    last = self._reporting
+                    sent = (
+                        last[1]
+                        if on_delivery is last[0]  # == only where it is safe (a method's)
+                        or (type(on_delivery) in _PLAIN_CALLBACKS and on_delivery == last[0])
+                        else self._reporter(on_delivery)
+                    )
+                    try:
+                        self._produce_reported(topic, value, key, p, sent)
+                    except BaseException as exc:
+                        self._forward_raised(exc, topic, value, key, p, on_delivery, sent)
+                    self._count_in()
+                    return
         self._produce_failover(topic, value, key, headers, on_delivery, timestamp, partition)
         self._count_in()
 
@@ -137,7 +124,7 @@ class Producing(Routing):
             self._poll_client(0.005)
             if self._attention:
                 self._service()
-            if topic not in self._rotations:
+            if self._lanes.get(topic, _OFF) is _OFF:
                 # Off the healthy path meanwhile (a failure came back and waits): the failover
                 # path places it, once the failed buffer and the client leave room for it.
                 if not self._buffer.has_room():

@@ -45,8 +45,10 @@ _LOCAL_UNKNOWN = frozenset({-190, -188})
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
 
-# produce()'s healthy path: what _rotations gives for a topic that is not on it.
-_NOT_WHOLE: Any = object()
+# produce()'s healthy path: what _lanes gives for a topic that is not on it, and the lane of a
+# topic whose keyless messages the client places but not its keyed ones (a C call: no frame).
+_OFF: Any = object()
+_CLIENT_PLACES: Callable[[], int] = itertools.repeat(_ANY_PARTITION).__next__
 
 # produce_batch: the keys a message dict may have, and the keys of one the client takes as is.
 _BATCH_KEYS = frozenset({"value", "key", "headers", "timestamp"})

@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka
 
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.choose import PartitionChooser
-from failover_partitioner.confluent._shared import DeadLetterHook, _Record
+from failover_partitioner.confluent._shared import _CLIENT_PLACES, _OFF, DeadLetterHook, _Record
 from failover_partitioner.core import FailoverCore
 from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource
@@ -79,9 +79,8 @@ class ProducerState:
     _simple: bool
     _bare: dict[str, PartitionChooser]
     _bare_ok: bool
-    _rotations: dict[str, Iterator[int] | None]
+    _lanes: dict[str, Callable[[], int] | None]
     _whole: set[str]
-    _placed: set[str]
     _keyed: dict[str, Callable[[bytes], int]]
     _whole_lock: threading.Lock
     _client_keyed: bool
@@ -100,15 +99,19 @@ class ProducerState:
     _metrics: ProducerMetrics
     _opened: bool
 
-    def _leave_whole(self) -> None:
+    def _leave_whole(self, topic: str | None = None) -> None:
         """Something waits, or a view changed: every message takes the failover path until
-        ``_service`` finds nothing waiting (``_reopen_whole``)."""
+        ``_service`` finds nothing waiting (``_reopen_whole``). ``topic``: one just seen,
+        given its lane too (off), so that looking it up raises nothing."""
         with self._whole_lock:
             self._attention = True
-            self._placed.clear()
+            lanes = self._lanes
+            for known in lanes:
+                lanes[known] = _OFF  # (keys kept: produce() reads them without a lock)
+            if topic is not None:
+                lanes[topic] = _OFF
             self._keyed.clear()
             self._whole.clear()
-            self._rotations.clear()
 
     def _reopen_whole(self) -> None:
         """Nothing waits: the topics take the healthy path again (a topic not whole, for its
@@ -123,9 +126,13 @@ class ProducerState:
                 self._attention_at = time.monotonic() + 0.005
                 return
             rotations, whole, keyed = self._core.healthy_path(self._buffer.failed_depth)
-            self._rotations.update(rotations)
             self._keyed.update(keyed)
             if self._client_keyed:
                 self._whole.update(whole)
-                if self._default_cb is None:
-                    self._placed.update(t for t in whole if rotations[t] is None)
+            for topic, rotation in rotations.items():
+                if rotation is not None:
+                    self._lanes[topic] = rotation.__next__
+                elif topic in self._whole and self._default_cb is None:
+                    self._lanes[topic] = None  # the client places all, nobody hears of them
+                else:
+                    self._lanes[topic] = _CLIENT_PLACES

@@ -90,7 +90,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import confluent_kafka
@@ -279,17 +279,17 @@ class FailoverProducer(Batching):
         # produce()'s shortest path (filled only when every such message can).
         self._bare: dict[str, PartitionChooser] = {}
         self._bare_ok = self._simple and not self._count_bytes
-        # The healthy path's topics (nothing waiting): the keyless rotation of each (over the
-        # usable partitions), or None where the client places keyless messages itself.
-        # Emptied under _whole_lock whenever something starts waiting or a view changes;
-        # filled again by _service once nothing waits (_reopen_whole).
-        self._rotations: dict[str, Iterator[int] | None] = {}
+        # Every topic seen, with its lane on the healthy path (nothing waiting): None where
+        # the client places every message (keys too) and there is no default callback; else
+        # the call answering a keyless message's partition (the next of the rotation over
+        # the usable partitions, or _ANY_PARTITION where the client places keyless messages);
+        # _OFF while off the path. One lookup, no Python frame. All set off under _whole_lock
+        # whenever something starts waiting or a view changes; set again by _service once
+        # nothing waits (_reopen_whole).
+        self._lanes: dict[str, Callable[[], int] | None] = {}
         # Those of them with every partition usable, whose keyed messages the client places
         # (murmur2) when it is the Java client's partitioner; empty otherwise.
         self._whole: set[str] = set()
-        # Those of them whose every message the client places (keys too), when there is no
-        # default callback: a message without a callback needs no more than the lookup.
-        self._placed: set[str] = set()
         # Those of them not whole: the keyed choice of each (the chooser's, for its view).
         self._keyed: dict[str, Callable[[bytes], int]] = {}
         self._whole_lock = threading.Lock()
