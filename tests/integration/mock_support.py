@@ -31,10 +31,14 @@ def mock_producer(
 ) -> FailoverProducer:
     """A FailoverProducer on ``mock``; ``conf=`` adds client settings. The mock has no
     DescribeConfigs, so min ISR is given (2 unless the test says otherwise). ``ready``: a
-    topic whose metadata the producer fetches before it is returned."""
+    topic whose metadata the producer fetches before it is returned. The strategy is
+    ``round_robin`` unless the test says otherwise: failures are injected per broker, and a
+    test's keyless messages must meet every broker within a few messages, where ``sticky`` (the
+    default) sends 1,000 in a row to one partition."""
     conf = {"bootstrap.servers": mock.bootstrap_servers, "acks": "all", "log_level": 0}
     conf.update(kwargs.pop("conf", {}))
     kwargs.setdefault("min_insync_replicas", 2)
+    kwargs.setdefault("strategy", "round_robin")
     producer = FailoverProducer(conf, **kwargs)
     if ready is not None:
         producer.health(ready)

@@ -238,6 +238,7 @@ def test_a_refused_write_is_rerouted_within_a_second_by_quarantine_alone(
             bootstrap_servers=cluster.bootstrap_servers,
             min_insync_replicas=1,
             message_id_header=ID_HEADER,
+            strategy="round_robin",  # every partition, the refusing ones too, soon gets one
         ) as ap:
             latencies: list[float] = []
 

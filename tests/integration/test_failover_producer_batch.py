@@ -57,7 +57,7 @@ def test_a_batch_is_delivered_once_each_and_the_dicts_come_back_unchanged(
 
 
 def test_round_robin_deals_a_batch_out_as_one_by_one_would(mock: MockCluster) -> None:
-    p = producer(mock)
+    p = producer(mock, strategy="round_robin")
     n = 6000
     for i in range(0, n, 1000):
         p.produce_batch(TOPIC, [{"value": b"m%d" % (i + j)} for j in range(1000)])
@@ -143,7 +143,7 @@ def test_a_batch_with_a_callback_reports_each_message_once(
 
 def test_a_batch_with_a_callback_routes_around_a_refusing_broker(mock: MockCluster) -> None:
     reports = _Reports()
-    p = producer(mock)
+    p = producer(mock, strategy="round_robin")  # every batch meets the refusing broker
     bad, bad_partitions = refusing_broker(p)
     n = 3000
     with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):

@@ -171,7 +171,7 @@ def _every_option(registry: CollectorRegistry, hook: DeadLetter) -> FailoverOpti
     """A value of every failover option, none of them its default."""
     return {
         "min_insync_replicas": 2,
-        "strategy": "sticky",
+        "strategy": "round_robin",
         "key_policy": "strict",
         "headroom": True,
         "client_rack": "rack-a",

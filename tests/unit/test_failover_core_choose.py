@@ -37,6 +37,9 @@ JAVA_MURMUR2 = {
 }
 
 
+ROUND_ROBIN = ChoiceOptions(strategy="round_robin")
+
+
 def view(
     n: int,
     *,
@@ -104,7 +107,7 @@ def test_keyless_choice_only_returns_usable_partitions(
 def test_round_robin_is_exactly_fair(spec: tuple[int, frozenset[int]], rounds: int) -> None:
     n, down = spec
     v = view(n, down=down)
-    chooser = PartitionChooser(v, rng=random.Random(1))
+    chooser = PartitionChooser(v, ROUND_ROBIN, rng=random.Random(1))
     counts = Counter(chooser.keyless(0) for _ in range(rounds * len(v.usable)))
     if v.usable:
         assert set(counts) == set(v.usable)
@@ -142,7 +145,7 @@ def test_sticky_leaves_a_partition_that_becomes_unusable() -> None:
 
 
 def test_headroom_avoids_at_risk_while_half_is_healthy() -> None:
-    opts = ChoiceOptions(headroom=True)
+    opts = ChoiceOptions(strategy="round_robin", headroom=True)
     chooser = PartitionChooser(view(4, at_risk=frozenset({0, 1})), opts, rng=random.Random(0))
     assert {chooser.keyless(0) for _ in range(20)} == {2, 3}
     # Fewer than half healthy: AT_RISK partitions are used again rather than overload the rest.
@@ -153,7 +156,9 @@ def test_headroom_avoids_at_risk_while_half_is_healthy() -> None:
 def test_client_rack_prefers_local_leaders_and_falls_back() -> None:
     racks = {0: "a", 1: "b", 2: "a", 3: "b"}
     chooser = PartitionChooser(
-        view(4, racks=racks), ChoiceOptions(client_rack="a"), rng=random.Random(0)
+        view(4, racks=racks),
+        ChoiceOptions(strategy="round_robin", client_rack="a"),
+        rng=random.Random(0),
     )
     assert {chooser.keyless(0) for _ in range(20)} == {0, 2}
     chooser.update(view(4, racks=racks, down=frozenset({0, 2})))
@@ -273,7 +278,7 @@ def test_a_client_sticky_chooser_leaves_keyless_messages_to_the_client_while_all
 @pytest.mark.parametrize(
     "options",
     [
-        ChoiceOptions(),
+        ROUND_ROBIN,
         ChoiceOptions(strategy="sticky", sticky_bytes=1000),
         ChoiceOptions(strategy="sticky", headroom=True),
         ChoiceOptions(strategy="sticky", client_rack="r1"),

@@ -27,7 +27,7 @@ def md(isr_of_1: int = 3, n: int = 3) -> TopicMetadata:
 
 
 def state() -> TopicState:
-    return TopicState(md(), QuarantinePolicy(initial_s=1.0), ChoiceOptions())
+    return TopicState(md(), QuarantinePolicy(initial_s=1.0), ChoiceOptions(strategy="round_robin"))
 
 
 def test_a_strike_takes_the_partition_out_of_choice_at_once() -> None:
