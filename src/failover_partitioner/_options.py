@@ -60,7 +60,9 @@ class FailoverOptions(TypedDict, total=False):
     sticky_bytes: int | None
     # Messages accepted and without a final outcome, at most (those waiting to retry too).
     max_in_flight: int
-    # How long produce()/send() waits at max_in_flight before ProduceTimeout.
+    # How long produce()/send() waits at max_in_flight before ProduceTimeout: longer than the
+    # client holds a message (message.timeout.ms, 10 s here), so the messages taking the room
+    # have come back, delivered or failed and rerouted, before a message is refused.
     produce_timeout_s: float
     # Give a message up this long after its first failure; None: never.
     delivery_timeout_s: float | None
@@ -76,7 +78,8 @@ class FailoverOptions(TypedDict, total=False):
     metadata_fast_refresh_s: float
     # How often min.insync.replicas is asked again.
     min_isr_refresh_s: float
-    # The timeout of one metadata request.
+    # The timeout of one metadata request, and how long a topic's first produce()/send()/
+    # health() waits for its metadata.
     metadata_timeout_s: float
     # A failing partition's first quarantine, doubling per consecutive strike...
     quarantine_backoff_s: float
@@ -106,7 +109,7 @@ OPTION_DEFAULTS: Final[FailoverOptions] = {
     "sticky_messages": _CHOICE.sticky_messages,
     "sticky_bytes": _CHOICE.sticky_bytes,
     "max_in_flight": 50_000,
-    "produce_timeout_s": 5.0,
+    "produce_timeout_s": 15.0,
     "delivery_timeout_s": None,
     "max_attempts": None,
     "retry_backoff_s": 0.01,

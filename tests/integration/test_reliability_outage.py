@@ -109,7 +109,7 @@ def run_sync(bootstrap: str, phases: Phases, side: Side) -> None:
     side.statistics = p.statistics
     try:
         # Learn min.insync.replicas before the first produce: its first lookup otherwise gets
-        # only half of produce_timeout_s (0.05 s here) and may fall back to assuming 1.
+        # at most a second and may fall back to assuming 1 on a busy machine.
         assert p.health(TOPIC, timeout=10).min_insync_replicas == 2
         start = time.monotonic()
         i = 0

@@ -368,7 +368,7 @@ def test_a_wrong_password_is_named_as_an_authentication_failure(
     began = time.monotonic()
     with pytest.raises(AuthenticationFailed) as raised:
         p.produce(topic, b"x")  # not accepted: the caller still holds it
-    assert time.monotonic() - began < 10  # the producer's produce_timeout_s (5 s) and a poll
+    assert time.monotonic() - began < 10  # the producer's metadata_timeout_s (5 s) and a poll
     text = str(raised.value)
     assert "refused the credentials" in text
     assert "authentication" in text.lower(), text

@@ -428,12 +428,11 @@ class AsyncFailoverProducer:
         task = self._first_fetch.get(topic)
         if task is None:
             assert self._loop is not None
-            timeout = max(self._produce_timeout_s, 0.5)
-            task = self._loop.create_task(self._fetch_first(topic, timeout))
+            task = self._loop.create_task(self._fetch_first(topic, self._metadata_timeout_s))
             self._first_fetch[topic] = task
         if not task.done():
             # On timeout the message waits in the failed buffer until metadata comes.
-            await asyncio.wait((task,), timeout=max(self._produce_timeout_s, 0.5))
+            await asyncio.wait((task,), timeout=self._metadata_timeout_s)
 
     async def _fetch_first(self, topic: str, timeout_s: float) -> None:
         assert self._meta is not None

@@ -149,7 +149,7 @@ class Delivering(Clients):
             self._meta.watch(topic)
             return
         try:
-            self._meta.fetch_now(topic, max(self._produce_timeout_s, 0.5))
+            self._meta.fetch_now(topic, self._metadata_timeout_s)
         except MetadataUnavailable as exc:
             self._raise_if_refused(exc)
             logger.warning("%s; messages for it wait", exc)

@@ -35,6 +35,7 @@ class ProducerState:
     _name: str
     _limit: int
     _produce_timeout_s: float
+    _metadata_timeout_s: float
     _default_cb: Callable[[Any, Any], None] | None
     _only_errors: bool
     _message_id_header: str | None

@@ -164,6 +164,7 @@ class FailoverProducer(Batching):
         """The counters, the retry buffer and the record classes bound to them."""
         limit = opts.max_in_flight
         self._produce_timeout_s = opts.produce_timeout_s
+        self._metadata_timeout_s = opts.metadata_timeout_s
         self._default_cb = settings.default_on_delivery
         self._only_errors = settings.report_only_errors
         self._message_id_header = opts.message_id_header
@@ -512,7 +513,7 @@ class FailoverProducer(Batching):
         with self._topics_lock:
             self._watched.add(topic)
         try:
-            self._meta.fetch_now(topic, self._produce_timeout_s if timeout is None else timeout)
+            self._meta.fetch_now(topic, self._metadata_timeout_s if timeout is None else timeout)
         except MetadataUnavailable as exc:
             self._raise_if_refused(exc)
             raise
