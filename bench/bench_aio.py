@@ -73,7 +73,8 @@ def _fault_figure(n: int, repeats: int) -> Figure:
         note=(
             f"{n} x 100 B, 5 brokers RF=3 min ISR 2, each cluster in its own process; first run "
             f"after the stop (transition included) {runs.transition}; runs healthy "
-            f"{[round(r) for r in runs.healthy]}, fault {[round(r) for r in runs.faulty]}"
+            f"{[round(r) for r in runs.healthy]}, fault {[round(r) for r in runs.faulty]}; "
+            f"{runs.spread()}"
         ),
     )
 

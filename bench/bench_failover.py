@@ -406,7 +406,7 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
             PARTITIONS,
             repeat,
         )
-        note = f"first run after the stop (transition included): {runs.transition}"
+        note = f"first run after the stop (transition included): {runs.transition}; {runs.spread()}"
         if keyed:
             note += (
                 "; 1,000 keys in turn, a per-message callback in both runs; the keys of the "

@@ -129,6 +129,15 @@ class FaultRuns:
     healthy: list[float]
     faulty: list[float]
 
+    def spread(self) -> str:
+        """The ratio of each round (faulty / healthy, measured back to back): how far one
+        round strays from the medians' ratio on this machine now."""
+        ratios = sorted(f / h for f, h in zip(self.faulty, self.healthy, strict=True))
+        return (
+            f"per-round ratios {ratios[0]:.2f} / {statistics.median(ratios):.2f} / "
+            f"{ratios[-1]:.2f} (min / median / max)"
+        )
+
 
 def runs_under_fault(
     rate: Callable[[str], float], topic: str, partitions: int, repeat: int
