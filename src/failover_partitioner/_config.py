@@ -146,6 +146,15 @@ def _check_conf(conf: Mapping[str, Any]) -> None:
             "conf sets 'transactional.id': transactions pin messages to partitions for "
             "exactly-once, which re-producing elsewhere cannot honour; use a plain Producer"
         )
+    idempotence = conf.get("enable.idempotence")
+    if str(idempotence).lower() in ("true", "t", "1"):  # librdkafka's spellings of true
+        raise ConfigError(
+            f"conf sets 'enable.idempotence': {idempotence!r}, which is not supported: "
+            "librdkafka then needs retries >= 1 and retries a refused message on the same "
+            "partition until message.timeout.ms, so it is rerouted late, and idempotence "
+            "cannot drop a copy written to another partition; leave it unset (or false) and "
+            "pass message_id_header= to let consumers drop duplicates"
+        )
 
 
 def _inner_conf(conf: Mapping[str, Any]) -> dict[str, Any]:

@@ -80,6 +80,8 @@ def test_report_only_errors_is_read_from_strings_too() -> None:
         (BAD_KEYS, "conf keys must be strings"),
         ({**BASE, "on_delivery": 5}, r"conf\['on_delivery'\] must be callable\(err, msg\), got 5"),
         ({**BASE, "transactional.id": "t"}, "conf sets 'transactional.id'"),
+        ({**BASE, "enable.idempotence": True}, "conf sets 'enable.idempotence': True, which is"),
+        ({**BASE, "enable.idempotence": "true"}, "message_id_header="),
         ({**BASE, "message.timeout.ms": "soon"}, "message.timeout.ms='soon' is not a number"),
     ],
 )
@@ -168,3 +170,11 @@ def test_every_client_beside_the_producer_keeps_how_to_reach_and_log_in() -> Non
             assert callback not in got, (role, callback)  # the producer's own, called once
     assert derived["solo"]["linger.ms"] == 0
     assert conf["client.id"] == "orders"  # the user's dict is left as given
+
+
+@pytest.mark.parametrize("off", [False, "false", "0"])
+def test_idempotence_turned_off_is_accepted_and_handed_on(off: Any) -> None:
+    # Only enabling it is refused (test_bad_client_config_is_refused_with_the_value), as the
+    # asyncio shell refuses enable_idempotence=True (tests/unit/test_aio_adapters.py).
+    s = client_settings({**BASE, "enable.idempotence": off})
+    assert s.client_conf["enable.idempotence"] == off

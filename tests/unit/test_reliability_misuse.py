@@ -98,6 +98,11 @@ FAILOVER: dict[str, Case] = {
         ConfigError,
         "'transactional.id'",
     ),
+    "enable.idempotence": (
+        lambda: FP({**BASE, "enable.idempotence": True}),
+        ConfigError,
+        "'enable.idempotence': True",
+    ),
     "unknown client property": (
         lambda: FP({**BASE, "lingerr.ms": 5}),
         (ConfigError, KafkaException),
