@@ -84,6 +84,14 @@ def _user_value(conf: Mapping[str, Any], canonical: str) -> tuple[str, Any] | No
     return None
 
 
+def _is_true(value: Any) -> bool:
+    """A boolean client setting as librdkafka reads it: a bool, or the text "true", "t" or
+    "1" (any case, as given in a properties file)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "t", "1")
+    return bool(value)
+
+
 def _as_number(name: str, value: Any) -> float:
     try:
         number = float(value)
@@ -102,13 +110,10 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
     cb = conf.get("on_delivery")
     if cb is not None and not callable(cb):
         raise ConfigError(f"conf['on_delivery'] must be callable(err, msg), got {cb!r}")
-    only_errors = conf.get("delivery.report.only.error", False)
-    if isinstance(only_errors, str):
-        only_errors = only_errors.strip().lower() in ("true", "1")
     return ClientSettings(
         client_conf=_inner_conf(conf),
         default_on_delivery=cb,
-        report_only_errors=bool(only_errors),
+        report_only_errors=_is_true(conf.get("delivery.report.only.error", False)),
         warnings=(
             *_timeout_warnings(conf),
             *_socket_timeout_warnings(conf),
@@ -147,7 +152,7 @@ def _check_conf(conf: Mapping[str, Any]) -> None:
             "exactly-once, which re-producing elsewhere cannot honour; use a plain Producer"
         )
     idempotence = conf.get("enable.idempotence")
-    if str(idempotence).lower() in ("true", "t", "1"):  # librdkafka's spellings of true
+    if _is_true(idempotence):
         raise ConfigError(
             f"conf sets 'enable.idempotence': {idempotence!r}, which is not supported: "
             "librdkafka then needs retries >= 1 and retries a refused message on the same "
