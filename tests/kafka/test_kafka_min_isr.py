@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]  # not in the stub
 
 from failover_partitioner import FailoverProducer
 from failover_partitioner.errors import classify
@@ -85,6 +86,30 @@ def cluster_default_restored(kafka_cluster: KafkaCluster) -> Iterator[KafkaClust
     # Back to the static value. Deleting it is refused: "Cluster-level min.insync.replicas
     # cannot be removed while ELR is enabled" (INVALID_CONFIG, Kafka 4.4).
     set_cluster_default(kafka_cluster, "2")
+    # Each broker applies it when it reads the metadata log, a moment later. A broker still at
+    # 1 would acknowledge a write once its followers dropped out of the ISR, so the next test
+    # waits for all of them.
+    wait_for(
+        lambda: broker_min_isr(kafka_cluster) == dict.fromkeys(kafka_cluster.broker_ids, "2"),
+        30,
+        "every broker to apply min.insync.replicas=2 again",
+        lambda: broker_min_isr(kafka_cluster),
+    )
+
+
+def broker_min_isr(cluster: KafkaCluster) -> dict[int, str | None]:
+    """min.insync.replicas as each broker itself answers it (DescribeConfigs on a broker
+    resource goes to that broker)."""
+    admin = cluster.admin()
+    out: dict[int, str | None] = {}
+    for broker in cluster.broker_ids:
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
+        try:
+            entries = admin.describe_configs([resource])[resource].result(timeout=10)
+            out[broker] = entries["min.insync.replicas"].value
+        except Exception:  # a broker moving through a fault: not applied yet, ask again
+            out[broker] = None
+    return out
 
 
 def test_min_isr_is_learnt_from_topic_static_and_dynamic_configs(
