@@ -464,11 +464,16 @@ def test_ctrl_c_during_flush_loses_nothing(mock: MockCluster) -> None:
     timer = threading.Timer(0.3, _thread.interrupt_main)
     timer.start()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        # Now and then confluent-kafka 2.16's flush loses the KeyboardInterrupt it was stopped
+        # by and raises "SystemError: ... returned NULL without setting an exception" instead
+        # (seen once in CI); either way nothing may be lost.
+        with pytest.raises((KeyboardInterrupt, SystemError)) as stopped:
             p.flush(10)
+        if stopped.type is SystemError:
+            assert "without setting an exception" in str(stopped.value)
     finally:
         timer.cancel()
-    left = p.close(timeout=0.2)
+        left = p.close(timeout=0.2)
     assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
         b"m%d" % i for i in range(10)
     )
