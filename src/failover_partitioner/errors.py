@@ -139,15 +139,7 @@ class ErrorClass:
 
 
 def _c(
-    code: int,
-    name: str,
-    *,
-    retriable: bool,
-    persisted: bool,
-    quarantine: bool,
-    refresh: bool,
-    per_record: bool = False,
-    held: bool = False,
+    code: int, name: str, *, retriable: bool, persisted: bool, quarantine: bool, refresh: bool
 ) -> ErrorClass:
     return ErrorClass(
         code=code,
@@ -156,8 +148,6 @@ def _c(
         possibly_persisted=persisted,
         quarantine=quarantine,
         refresh_metadata=refresh,
-        per_record=per_record,
-        held=held,
     )
 
 
@@ -166,17 +156,25 @@ def _final(code: int, name: str) -> ErrorClass:
 
 
 def _held(code: int, name: str) -> ErrorClass:
-    return _c(code, name, retriable=True, persisted=True, quarantine=True, refresh=True, held=True)
+    return ErrorClass(
+        code=code,
+        name=name,
+        retriable=True,
+        possibly_persisted=True,
+        quarantine=True,
+        refresh_metadata=True,
+        held=True,
+    )
 
 
 def _per_record(code: int, name: str) -> ErrorClass:
-    return _c(
-        code,
-        name,
+    return ErrorClass(
+        code=code,
+        name=name,
         retriable=False,
-        persisted=False,
+        possibly_persisted=False,
         quarantine=False,
-        refresh=False,
+        refresh_metadata=False,
         per_record=True,
     )
 
