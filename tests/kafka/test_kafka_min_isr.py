@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]  # not in the stub
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not in the stub
+    AdminClient,
+    ConfigResource,
+)
 
 from failover_partitioner import FailoverProducer
 from failover_partitioner.errors import classify
@@ -89,20 +92,23 @@ def cluster_default_restored(kafka_cluster: KafkaCluster) -> Iterator[KafkaClust
     # Each broker applies it when it reads the metadata log, a moment later. A broker still at
     # 1 would acknowledge a write once its followers dropped out of the ISR, so the next test
     # waits for all of them.
+    admin = kafka_cluster.admin()  # one client for the whole wait
     wait_for(
-        lambda: broker_min_isr(kafka_cluster) == dict.fromkeys(kafka_cluster.broker_ids, "2"),
+        lambda: (
+            broker_min_isr(admin, kafka_cluster.broker_ids)
+            == dict.fromkeys(kafka_cluster.broker_ids, "2")
+        ),
         30,
         "every broker to apply min.insync.replicas=2 again",
-        lambda: broker_min_isr(kafka_cluster),
+        lambda: broker_min_isr(admin, kafka_cluster.broker_ids),
     )
 
 
-def broker_min_isr(cluster: KafkaCluster) -> dict[int, str | None]:
-    """min.insync.replicas as each broker itself answers it (DescribeConfigs on a broker
-    resource goes to that broker)."""
-    admin = cluster.admin()
+def broker_min_isr(admin: AdminClient, brokers: tuple[int, ...]) -> dict[int, str | None]:
+    """min.insync.replicas as each broker itself answers it (None: no answer yet). One
+    DescribeConfigs per broker: librdkafka takes one broker resource per request."""
     out: dict[int, str | None] = {}
-    for broker in cluster.broker_ids:
+    for broker in brokers:
         resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
         try:
             entries = admin.describe_configs([resource])[resource].result(timeout=10)
