@@ -138,7 +138,9 @@ class FakeConsumer:
                 self.callbacks[kind](self, parts)
                 for tp in tps:
                     self.assigned.remove(tp)
-                    self.paused.discard(tp)
+                # librdkafka keeps a partition's pause across a rebalance: a paused partition
+                # assigned again stays paused (tests/integration/test_mirror_minibroker.py,
+                # test_librdkafka_keeps_a_pause_across_a_rebalance, holds the real client to it).
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         self.guard.check("consume")
@@ -722,6 +724,42 @@ def test_revocation_abandons_stuck_messages_without_committing_past_them() -> No
     assert final.in_flight == 1  # the stuck one, handed back by close()
     # The abandoned message is not counted as delivered, whatever becomes of it later.
     assert final.delivered == final.consumed - 1
+
+
+def test_partitions_lost_while_paused_and_assigned_again_are_mirrored_to_the_end() -> None:
+    """The mirror is paused at its bound when the session expires; it leaves its pause while it
+    owns nothing, and the group gives the partitions back later. librdkafka would keep them
+    paused (the fake does too): the mirror must not leave them so."""
+    source = FakeSource()
+    source.add_topic("t", 4, 300)
+    rig = Rig(source)
+    mirror = rig.mirror(producer_kw={"share": 0.05}, max_in_flight=40, poll_batch=25)
+    empty_consumes = 0
+
+    def lose_when_paused() -> None:
+        consumer = rig.consumers[0]
+        if rig.after_poll and consumer.assigned and set(consumer.assigned) <= consumer.paused:
+            rig.after_poll = None
+            consumer.pending.append(("lost", list(consumer.assigned)))
+            consume = consumer.consume
+
+            def consume_then_reassign(num_messages: int = 1, timeout: float = -1) -> Any:
+                # The group gives the partitions back after the mirror has polled without them.
+                nonlocal empty_consumes
+                if not consumer.assigned and not consumer.pending:
+                    empty_consumes += 1
+                    if empty_consumes == 20:
+                        consumer.pending.append(("assign", sorted(source.logs)))
+                return consume(num_messages, timeout)
+
+            consumer.consume = consume_then_reassign  # type: ignore[method-assign]
+
+    rig.after_poll = lose_when_paused
+    run_until(mirror, lambda s: source.committed == {("t", p): 300 for p in range(4)})
+    assert empty_consumes == 20
+    # Every message mirrored at least once (the lost ones' in-flight part may go twice).
+    mirrored = {m.value for m in rig.target()}
+    assert mirrored >= {m.value() for tp in sorted(source.logs) for m in source.logs[tp]}
 
 
 def test_commit_refused_during_a_rebalance_is_retried_later() -> None:

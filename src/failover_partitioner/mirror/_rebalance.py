@@ -74,6 +74,7 @@ class Rebalance:
                 tracker.committed(tp.offset)
 
     def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        self._unpause(partitions)
         tps = [(tp.topic, tp.partition) for tp in partitions]
         if not self._clients.closing:
             self._finish(tps, self._clock() + self._options.drain_timeout_s)
@@ -97,8 +98,22 @@ class Rebalance:
         # The group moved on without us: committing now would be refused; the next owner
         # re-reads from the group's committed offsets.
         logger.warning("lost %s (session expired); not committing them", names(partitions))
+        self._unpause(partitions)
         for tp in partitions:
             self._ledger.drop(tp.topic, tp.partition)
+
+    def _unpause(self, partitions: list[TopicPartition]) -> None:
+        """Resume partitions on their way out. librdkafka keeps a partition's pause across a
+        rebalance, and the loop resumes only what it owns when it leaves its pause: a partition
+        paused now and assigned again after that would never be read again. Resumed here, it
+        comes back like any new partition (read at once, or given back if the loop is paused)."""
+        source = self._clients.consumer
+        if source is None or not partitions:
+            return
+        try:
+            source.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
+        except KafkaException as exc:
+            logger.debug("cannot resume %s on their way out: %s", names(partitions), exc)
 
     def _finish(self, tps: Sequence[tuple[str, int]], deadline: float) -> None:
         """Poll the producer until the given partitions have nothing in flight, or deadline."""
