@@ -118,6 +118,9 @@ class ErrorClass:
     metadata says anything. ``refresh_metadata``: ask the cluster again soon.
     ``per_record``: a broker answers a whole batch so for one record in it (or the batch's
     total size), so the batch's other records may be fine alone (see :func:`try_alone`).
+    ``held``: the leader held the partition's write until the request's timeout (a leader
+    waiting for a follower that no longer copies holds every write so): its quarantine lasts
+    until its metadata changes (see :mod:`failover_partitioner.quarantine`).
     """
 
     code: int
@@ -127,6 +130,7 @@ class ErrorClass:
     quarantine: bool
     refresh_metadata: bool
     per_record: bool = False
+    held: bool = False
 
     @property
     def final(self) -> bool:
@@ -149,6 +153,18 @@ def _c(
 
 def _final(code: int, name: str) -> ErrorClass:
     return _c(code, name, retriable=False, persisted=False, quarantine=False, refresh=False)
+
+
+def _held(code: int, name: str) -> ErrorClass:
+    return ErrorClass(
+        code=code,
+        name=name,
+        retriable=True,
+        possibly_persisted=True,
+        quarantine=True,
+        refresh_metadata=True,
+        held=True,
+    )
 
 
 def _per_record(code: int, name: str) -> ErrorClass:
@@ -261,7 +277,11 @@ _TABLE: dict[int, ErrorClass] = {
             quarantine=True,
             refresh=True,
         ),
-        _c(7, "REQUEST_TIMED_OUT", retriable=True, persisted=True, quarantine=True, refresh=True),
+        # The leader held this partition's write until the request's timeout (waiting for a
+        # follower): it may hold every write so until its ISR changes. The client's own
+        # timeouts below say less: a whole request (or connection) went unanswered, perhaps
+        # queued behind a held one, so they are not read as the partition's.
+        _held(7, "REQUEST_TIMED_OUT"),
         _c(13, "NETWORK_EXCEPTION", retriable=True, persisted=True, quarantine=True, refresh=True),
         _c(-192, "_MSG_TIMED_OUT", retriable=True, persisted=True, quarantine=True, refresh=True),
         _c(-185, "_TIMED_OUT", retriable=True, persisted=True, quarantine=True, refresh=True),

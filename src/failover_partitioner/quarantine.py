@@ -12,12 +12,23 @@ after the back-off; a new failure quarantines it for twice as long. A partition 
 ``max_s`` without a strike after its release starts again from the initial back-off (decided
 by time, so successful deliveries cost nothing here).
 
+A write the partition *held* until the request's timeout (the broker's REQUEST_TIMED_OUT for
+that partition) is different: the leader took it and waited for a follower that no longer
+copies, and it will hold every write the same way until the ISR shrinks
+(``replica.lag.time.max.ms`` later) or the follower returns, while the metadata still shows the
+partition whole. Released after a short back-off, it would take a full in-flight window of new
+messages and hold them for another ``request.timeout.ms``, again and again (each a possible
+duplicate). So such a quarantine ends only when the partition's metadata (leader, replicas or
+ISR) differs from what it was at the strike, after the back-off, or else after ``max_s``:
+while other partitions take writes. With none left, it ends after the back-off as any other
+(the messages have nowhere else to go).
+
 Pure: callers pass the time and serialise access (the producer holds a lock per topic).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 __all__ = ["Quarantine", "QuarantinePolicy"]
@@ -51,13 +62,15 @@ class QuarantinePolicy:
 class Quarantine:
     """Quarantined partitions of one topic, with their strike counts."""
 
-    __slots__ = ("_policy", "_released_at", "_strikes", "_until")
+    __slots__ = ("_held", "_policy", "_released_at", "_strikes", "_until")
 
     def __init__(self, policy: QuarantinePolicy | None = None) -> None:
         self._policy = policy or QuarantinePolicy()
         self._until: dict[int, float] = {}
         self._strikes: dict[int, int] = {}
         self._released_at: dict[int, float] = {}
+        # held writes: partition -> (end of its back-off, its metadata at the strike)
+        self._held: dict[int, tuple[float, Hashable]] = {}
 
     @property
     def policy(self) -> QuarantinePolicy:
@@ -81,9 +94,11 @@ class Quarantine:
         """When the back-off of ``partition`` ends, or None if it is not quarantined."""
         return self._until.get(partition)
 
-    def strike(self, partition: int, now: float) -> bool:
+    def strike(self, partition: int, now: float, *, held: Hashable = None) -> bool:
         """Record a failed write; return True if this put the partition into quarantine.
 
+        ``held``: the write was held until a timeout, and this is the partition's metadata now
+        (see the module): the quarantine then lasts until the metadata differs, or ``max_s``.
         Failures reported while it is already quarantined (messages that were in flight when
         the first one failed) do not lengthen the back-off: they carry no new information.
         """
@@ -94,24 +109,61 @@ class Quarantine:
             self._strikes.pop(partition, None)  # quiet for long enough: forgiven
         strikes = self._strikes.get(partition, 0) + 1
         self._strikes[partition] = strikes
-        self._until[partition] = now + self._policy.backoff_s(strikes)
+        backoff_end = now + self._policy.backoff_s(strikes)
+        if held is None:
+            self._until[partition] = backoff_end
+        else:
+            self._until[partition] = now + self._policy.max_s
+            self._held[partition] = (backoff_end, held)
         return True
 
-    def release_due(self, now: float, usable_by_metadata: Callable[[int], bool]) -> list[int]:
-        """Release every partition whose back-off has elapsed and whose metadata is usable."""
-        released = [p for p, until in self._until.items() if until <= now and usable_by_metadata(p)]
+    def release_due(
+        self,
+        now: float,
+        usable_by_metadata: Callable[[int], bool],
+        metadata: Callable[[int], Hashable] = lambda p: None,
+        *,
+        elsewhere: bool = True,
+    ) -> list[int]:
+        """Release every partition whose back-off has elapsed and whose metadata is usable (for
+        a held write, while other partitions take writes (``elsewhere``), whose
+        ``metadata(partition)`` also differs from the strike's)."""
+        released = [
+            p
+            for p, until in self._until.items()
+            if (until <= now or self._held_due(p, now, metadata, elsewhere))
+            and usable_by_metadata(p)
+        ]
         for p in released:
             del self._until[p]
+            self._held.pop(p, None)
             self._released_at[p] = now
         return released
+
+    def _held_due(
+        self, partition: int, now: float, metadata: Callable[[int], Hashable], elsewhere: bool
+    ) -> bool:
+        held = self._held.get(partition)
+        return (
+            held is not None
+            and held[0] <= now
+            and (not elsewhere or metadata(partition) != held[1])
+        )
+
+    def held(self, partition: int) -> bool:
+        """True while ``partition`` is quarantined for a held write."""
+        return partition in self._held
 
     def next_release_at(self) -> float | None:
         """The earliest back-off end, or None when nothing is quarantined."""
         return min(self._until.values(), default=None)
 
     def next_release_after(self, now: float) -> float | None:
-        """The earliest back-off end still ahead of ``now`` (past ones wait for metadata)."""
-        return min((u for u in self._until.values() if u > now), default=None)
+        """The earliest back-off end still ahead of ``now`` (past ones wait for metadata; a held
+        write's counts too, as its partition may be the last one left)."""
+        ends = [u for u in self._until.values() if u > now]
+        ends.extend(end for end, _ in self._held.values() if end > now)
+        return min(ends, default=None)
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop partitions that no longer exist (the topic was recreated smaller)."""
@@ -119,3 +171,4 @@ class Quarantine:
             self._until.pop(p, None)
             self._strikes.pop(p, None)
             self._released_at.pop(p, None)
+            self._held.pop(p, None)

@@ -54,6 +54,11 @@ def test_timeouts_and_transport_errors_are_possible_duplicates(code: int) -> Non
     assert e.quarantine
 
 
+def test_only_the_brokers_request_timeout_says_the_partition_held_the_write() -> None:
+    held = {code for code in range(-200, 100) if classify(code).held}
+    assert held == {7}  # not the client's own timeouts: a whole request went unanswered
+
+
 @pytest.mark.parametrize("code", [10, 87, 29, 31, -186, -150])
 def test_unfixable_errors_are_final(code: int) -> None:
     e = classify(code)

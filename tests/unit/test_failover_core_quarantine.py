@@ -102,3 +102,37 @@ def test_next_release_after_skips_backoffs_waiting_for_metadata() -> None:
     assert q.next_release_at() == 1.0  # over, but the metadata still shows it unusable
     assert q.next_release_after(2.0) == 6.0
     assert q.next_release_after(7.0) is None
+
+
+def test_a_held_write_keeps_its_partition_out_until_its_metadata_changes() -> None:
+    """A partition that held a write until a timeout stays out after the back-off while its
+    metadata is what it was at the strike (it would hold the next writes too), and returns
+    once the metadata differs (the ISR shrank or the follower came back), or after max_s."""
+    q = Quarantine(QuarantinePolicy(initial_s=1.0, max_s=30.0))
+    seen = {0: "leader 1, isr 1 2 3"}
+    assert q.strike(0, 0.0, held=seen[0])
+    assert q.held(0)
+    assert q.release_due(5.0, always, seen.get) == []  # back-off over, nothing changed
+    assert q.next_release_after(5.0) == 30.0
+    seen[0] = "leader 1, isr 1 2"  # the follower dropped out
+    assert q.release_due(5.1, always, seen.get) == [0]
+    assert not q.held(0)
+
+    assert q.strike(0, 40.0, held=seen[0])
+    assert q.release_due(69.9, always, seen.get) == []
+    assert q.release_due(70.0, always, seen.get) == [0]  # max_s: tried again anyway
+
+
+def test_a_changed_metadata_releases_a_held_write_only_after_its_backoff() -> None:
+    q = Quarantine(QuarantinePolicy(initial_s=1.0, max_s=30.0))
+    assert q.strike(0, 0.0, held="before")
+    assert q.next_release_after(0.0) == 1.0
+    assert q.release_due(0.5, always, lambda p: "after") == []
+    assert q.release_due(1.0, always, lambda p: "after") == [0]
+
+
+def test_a_held_write_on_the_last_partition_left_ends_after_its_backoff() -> None:
+    """Nowhere else to go (``elsewhere=False``): keeping it out only stalls every message."""
+    q = Quarantine(QuarantinePolicy(initial_s=1.0, max_s=30.0))
+    assert q.strike(0, 0.0, held="same")
+    assert q.release_due(1.0, always, lambda p: "same", elsewhere=False) == [0]

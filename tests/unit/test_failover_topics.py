@@ -75,3 +75,22 @@ def test_a_shrunk_topic_forgets_quarantines_of_vanished_partitions() -> None:
     s.apply_metadata(md(n=2), now=0.1)
     assert s.quarantine.partitions == frozenset()
     assert s.view.num_partitions == 2
+
+
+def test_a_held_write_returns_when_the_isr_changes_not_after_the_backoff() -> None:
+    s = state()
+    assert s.strike(1, 0.0, held=True)
+    assert s.release_due(1.0) == ([], 30.0)  # back-off over, metadata unchanged: still out
+    s.apply_metadata(md(), now=2.0)  # the same facts again
+    assert 1 not in s.view.usable
+    s.apply_metadata(md(isr_of_1=2), now=3.0)  # the ISR shrank to 2 = min: usable, changed
+    assert s.view.usable == (0, 1, 2)
+    assert not s.wants_fast_refresh
+
+
+def test_a_held_write_on_every_partition_is_released_after_the_backoff() -> None:
+    s = state()
+    for p in range(3):
+        assert s.strike(p, 0.0, held=True)
+    assert s.release_due(0.5) == ([], 1.0)
+    assert s.release_due(1.0) == ([0, 1, 2], None)  # nothing else takes writes

@@ -263,22 +263,32 @@ class FailoverCore(Generic[E]):
         """What a failure (or another client's, reported) says of its partition."""
         quarantined = False
         if ec.quarantine and partition >= 0:
-            quarantined = self._strike(topic, partition)
+            quarantined = self._strike(topic, partition, ec.held)
         return Heed(quarantined=quarantined, refresh=ec.refresh_metadata)
 
-    def _strike(self, topic: str, partition: int) -> bool:
+    def _strike(self, topic: str, partition: int, held: bool) -> bool:
         state = self.topics.get(topic)
-        if state is None or not state.strike(partition, self._clock()):
+        if state is None or not state.strike(partition, self._clock(), held=held):
             return False
         self.quarantines += 1
         q = state.quarantine
-        logger.info(
-            "partition %s-%d quarantined for %.2f s (strike %d)",
-            topic,
-            partition,
-            q.policy.backoff_s(q.strikes(partition)),
-            q.strikes(partition),
-        )
+        if held:
+            logger.info(
+                "partition %s-%d held a write until a timeout: quarantined until its leader or "
+                "ISR changes, or for %.2f s (strike %d)",
+                topic,
+                partition,
+                q.policy.max_s,
+                q.strikes(partition),
+            )
+        else:
+            logger.info(
+                "partition %s-%d quarantined for %.2f s (strike %d)",
+                topic,
+                partition,
+                q.policy.backoff_s(q.strikes(partition)),
+                q.strikes(partition),
+            )
         return True
 
     def failed(

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.health import (
     PartitionHealth,
+    PartitionMetadata,
     TopicMetadata,
     TopicView,
     partition_health,
@@ -92,17 +93,32 @@ class TopicState:
         state = partition_health(parts[partition], self.metadata.min_insync_replicas)
         return state is not PartitionHealth.UNAVAILABLE
 
+    def _elsewhere(self) -> bool:
+        """Some partition outside the quarantine takes writes, per the metadata."""
+        q = self.quarantine
+        if not len(q):
+            return True  # nothing to release: the answer does not matter
+        return any(
+            p not in q and self.usable_by_metadata(p) for p in range(len(self.metadata.partitions))
+        )
+
     @property
     def wants_fast_refresh(self) -> bool:
         """Watch the metadata closely while anything is out of use, to see it come back."""
         return len(self.quarantine) > 0 or bool(self.view.unavailable)
 
-    def strike(self, partition: int, now: float) -> bool:
-        """A write to ``partition`` failed: quarantine it; True if it newly is."""
+    def partition_metadata(self, partition: int) -> PartitionMetadata | None:
+        parts = self.metadata.partitions
+        return parts[partition] if partition < len(parts) else None
+
+    def strike(self, partition: int, now: float, *, held: bool = False) -> bool:
+        """A write to ``partition`` failed (``held``: it was held until a timeout): quarantine
+        it; True if it newly is."""
         with self.lock:
             if partition >= len(self.metadata.partitions):
                 return False
-            newly = self.quarantine.strike(partition, now)
+            seen = self.metadata.partitions[partition] if held else None
+            newly = self.quarantine.strike(partition, now, held=seen)
             if newly:
                 self.quarantines += 1
                 self.rebuild()
@@ -115,7 +131,9 @@ class TopicState:
             self.metadata = md
             if len(md.partitions) < len(old.partitions):
                 self.quarantine.forget(range(len(md.partitions), len(old.partitions)))
-            released = self.quarantine.release_due(now, self.usable_by_metadata)
+            released = self.quarantine.release_due(
+                now, self.usable_by_metadata, self.partition_metadata, elsewhere=self._elsewhere()
+            )
             if (
                 released
                 or md.partitions != old.partitions
@@ -134,7 +152,9 @@ class TopicState:
         released by the next metadata update (:meth:`apply_metadata`), not by polling here.
         """
         with self.lock:
-            released = self.quarantine.release_due(now, self.usable_by_metadata)
+            released = self.quarantine.release_due(
+                now, self.usable_by_metadata, self.partition_metadata, elsewhere=self._elsewhere()
+            )
             if released:
                 self.rebuild()
             return released, self.quarantine.next_release_after(now)
