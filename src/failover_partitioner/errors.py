@@ -139,7 +139,15 @@ class ErrorClass:
 
 
 def _c(
-    code: int, name: str, *, retriable: bool, persisted: bool, quarantine: bool, refresh: bool
+    code: int,
+    name: str,
+    *,
+    retriable: bool,
+    persisted: bool,
+    quarantine: bool,
+    refresh: bool,
+    per_record: bool = False,
+    held: bool = False,
 ) -> ErrorClass:
     return ErrorClass(
         code=code,
@@ -148,6 +156,8 @@ def _c(
         possibly_persisted=persisted,
         quarantine=quarantine,
         refresh_metadata=refresh,
+        per_record=per_record,
+        held=held,
     )
 
 
@@ -156,25 +166,17 @@ def _final(code: int, name: str) -> ErrorClass:
 
 
 def _held(code: int, name: str) -> ErrorClass:
-    return ErrorClass(
-        code=code,
-        name=name,
-        retriable=True,
-        possibly_persisted=True,
-        quarantine=True,
-        refresh_metadata=True,
-        held=True,
-    )
+    return _c(code, name, retriable=True, persisted=True, quarantine=True, refresh=True, held=True)
 
 
 def _per_record(code: int, name: str) -> ErrorClass:
-    return ErrorClass(
-        code=code,
-        name=name,
+    return _c(
+        code,
+        name,
         retriable=False,
-        possibly_persisted=False,
+        persisted=False,
         quarantine=False,
-        refresh_metadata=False,
+        refresh=False,
         per_record=True,
     )
 
