@@ -157,7 +157,7 @@ def runs_under_fault(
         faulty.call("stop_broker", 5)
         # Writes held in a request with a partition that fell under min ISR are answered at
         # the request timeout (5 s), and the client's queue fills meanwhile: the producer waits
-        # for room (produce_timeout_s, 15 s by default: longer than the client holds a
+        # for room (produce_timeout_s, 15 s by default: 5 s longer than the client holds a
         # message) and would refuse a message only past that.
         try:
             transition = f"{rate(faulty.bootstrap_servers):.0f} msg/s"

@@ -74,6 +74,8 @@ class ClientSettings:
     client_conf: dict[str, Any]
     default_on_delivery: Callable[[Any, Any], None] | None
     report_only_errors: bool
+    # The longest the client may hold one message (message.timeout.ms); None: no limit.
+    holds_message_s: float | None = None
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -114,6 +116,7 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
         client_conf=_inner_conf(conf),
         default_on_delivery=cb,
         report_only_errors=_is_true(conf.get("delivery.report.only.error", False)),
+        holds_message_s=(_message_timeout_ms(conf) / 1000) or None,
         warnings=(
             *_timeout_warnings(conf),
             *_socket_timeout_warnings(conf),
@@ -207,6 +210,15 @@ def _socket_timeout_warnings(conf: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _message_timeout_ms(conf: Mapping[str, Any]) -> float:
+    """message.timeout.ms as the inner client runs with it (the user's, under any alias, or
+    ours); 0 is no limit."""
+    timeout = _user_value(conf, "message.timeout.ms")
+    if timeout is None:
+        return float(CLIENT_DEFAULTS["message.timeout.ms"])
+    return _as_number(timeout[0], timeout[1])
+
+
 def _retries_warnings(conf: Mapping[str, Any]) -> list[str]:
     """Client retries of the user's under a long delivery timeout: a min-ISR refusal then
     reaches the producer only as a timeout (librdkafka #2295, see the module)."""
@@ -215,12 +227,7 @@ def _retries_warnings(conf: Mapping[str, Any]) -> list[str]:
         return []
     name, value = retries
     n = _as_number(name, value)
-    timeout = _user_value(conf, "message.timeout.ms")
-    timeout_ms = (
-        CLIENT_DEFAULTS["message.timeout.ms"]
-        if timeout is None
-        else _as_number(timeout[0], timeout[1])
-    )
+    timeout_ms = _message_timeout_ms(conf)
     if n > 0 and (timeout_ms == 0 or timeout_ms > REROUTE_WARNING_S * 1000):
         return [
             f"{name}={value!r}: librdkafka retries a refused message on the same partition "

@@ -69,7 +69,7 @@ def test_the_defaults_give_the_documented_options() -> None:
     assert defaults == ProducerOptions(
         choice=ChoiceOptions(),
         max_in_flight=50_000,
-        produce_timeout_s=15.0,
+        produce_timeout_s=None,
         retry_policy=RetryPolicy(backoff_initial_s=0.01, backoff_max_s=1.0),
         metadata_timeout_s=5.0,
         refresh_s=30.0,

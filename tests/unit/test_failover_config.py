@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
 
-from failover_partitioner import ConfigError, FailoverConfigWarning, FailoverProducer
+from failover_partitioner import (
+    AsyncFailoverProducer,
+    ConfigError,
+    FailoverConfigWarning,
+    FailoverProducer,
+)
 from failover_partitioner._config import CLIENT_DEFAULTS, client_settings, companion_conf
+from failover_partitioner._options import produce_timeout
+from failover_partitioner.aio._settings import aio_client_settings
 
 BASE = {"bootstrap.servers": "127.0.0.1:1", "acks": "all"}
 BAD_KEYS: dict[Any, str] = {**BASE, 1: "x"}
@@ -178,3 +186,39 @@ def test_idempotence_turned_off_is_accepted_and_handed_on(off: Any) -> None:
     # asyncio shell refuses enable_idempotence=True (tests/unit/test_aio_adapters.py).
     s = client_settings({**BASE, "enable.idempotence": off})
     assert s.client_conf["enable.idempotence"] == off
+
+
+@pytest.mark.parametrize(
+    ("conf", "holds_s", "wait_s"),
+    [
+        ({}, 10.0, 15.0),  # message.timeout.ms 10 s here
+        ({"message.timeout.ms": 30_000}, 30.0, 35.0),
+        ({"delivery.timeout.ms": "4000"}, 4.0, 9.0),  # the alias, as a properties file gives it
+        ({"message.timeout.ms": 0}, None, 15.0),  # no limit: the fallback
+    ],
+)
+def test_produce_timeout_follows_how_long_the_client_holds_a_message(
+    conf: dict[str, Any], holds_s: float | None, wait_s: float
+) -> None:
+    settings = client_settings({**BASE, **conf})
+    assert settings.holds_message_s == holds_s
+    assert produce_timeout(None, settings.holds_message_s) == wait_s
+    assert produce_timeout(2.5, settings.holds_message_s) == 2.5  # given: as given
+    with pytest.warns() if conf.get("message.timeout.ms") == 0 else nullcontext():
+        p = FailoverProducer({**BASE, **conf})
+    try:
+        assert p._produce_timeout_s == wait_s
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize(("request_ms", "wait_s"), [(None, 15.0), (1_000, 7.0), (20_000, 45.0)])
+def test_the_asyncio_producer_waits_past_two_request_timeouts(
+    request_ms: int | None, wait_s: float
+) -> None:
+    kwargs: dict[str, Any] = {"bootstrap_servers": "127.0.0.1:1"}
+    if request_ms is not None:
+        kwargs["request_timeout_ms"] = request_ms
+    settings = aio_client_settings(kwargs)
+    assert produce_timeout(None, settings.holds_message_s) == wait_s
+    assert AsyncFailoverProducer(**kwargs)._produce_timeout_s == wait_s

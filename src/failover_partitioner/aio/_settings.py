@@ -64,6 +64,10 @@ class AioClientSettings:
     value_serializer: Callable[[Any], bytes | None] | None
     max_request_size: int
     client_id: str | None
+    # The longest the client may hold one message: it answers each batch with the first
+    # response, at most request_timeout_ms, and a batch may wait that long behind the one
+    # before it on its connection.
+    holds_message_s: float | None = None
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -134,5 +138,6 @@ def aio_client_settings(kwargs: Mapping[str, Any]) -> AioClientSettings:
         value_serializer=kwargs.get("value_serializer"),
         max_request_size=max_request_size,
         client_id=None if client_id is None else str(client_id),
+        holds_message_s=2 * timeout_ms / 1000,
         warnings=tuple(warnings),
     )

@@ -44,7 +44,12 @@ from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # 
 
 from failover_partitioner._config import FailoverConfigWarning, check_positive_number
 from failover_partitioner._message import UndeliveredMessage
-from failover_partitioner._options import OPTION_NAMES, ProducerOptions, producer_options
+from failover_partitioner._options import (
+    OPTION_NAMES,
+    ProducerOptions,
+    produce_timeout,
+    producer_options,
+)
 from failover_partitioner.aio._client import start_inner_producer
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.aio._inflow import admit_waiting
@@ -173,7 +178,7 @@ class AsyncFailoverProducer:
 
     def _setup(self, settings: AioClientSettings, opts: ProducerOptions) -> None:
         """The retry buffer, the core over it, and the state ``start()`` fills in."""
-        self._produce_timeout_s = opts.produce_timeout_s
+        self._produce_timeout_s = produce_timeout(opts.produce_timeout_s, settings.holds_message_s)
         self._metadata_timeout_s = opts.metadata_timeout_s
         self._opts = opts  # the refresher's and the exporter's settings, for start()
 

@@ -103,7 +103,12 @@ from failover_partitioner._config import (
     companion_conf,
 )
 from failover_partitioner._message import UndeliveredMessage
-from failover_partitioner._options import FailoverOptions, ProducerOptions, producer_options
+from failover_partitioner._options import (
+    FailoverOptions,
+    ProducerOptions,
+    produce_timeout,
+    producer_options,
+)
 from failover_partitioner.choose import PartitionChooser
 from failover_partitioner.confluent._batching import Batching
 from failover_partitioner.confluent._shared import (
@@ -163,7 +168,7 @@ class FailoverProducer(Batching):
     ) -> None:
         """The counters, the retry buffer and the record classes bound to them."""
         limit = opts.max_in_flight
-        self._produce_timeout_s = opts.produce_timeout_s
+        self._produce_timeout_s = produce_timeout(opts.produce_timeout_s, settings.holds_message_s)
         self._metadata_timeout_s = opts.metadata_timeout_s
         self._default_cb = settings.default_on_delivery
         self._only_errors = settings.report_only_errors
