@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not in the stub
     AdminClient,
     ConfigResource,
@@ -229,11 +229,25 @@ def move_leader_while_a_write_is_held(
     cluster.pause(3)
     send()
     time.sleep(1.0)  # broker 2 fetches every 100 ms at most; the ISR shrinks after 3 s
-    electing = cluster.admin()  # kept: the election's answer comes through this client
-    result = electing.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(
-        timeout=10
-    )
-    assert all(err is None for err in result.values()), result
+    elect_preferred_leader(cluster, topic, via=2)
+
+
+def elect_preferred_leader(cluster: KafkaCluster, topic: str, *, via: int) -> None:
+    """ElectLeaders (v2, preferred) for the topic's partition 0, sent as raw frames to broker
+    ``via``, which forwards it to the controller. An admin client sends it to the broker its
+    metadata names as controller, which a KRaft broker picks at random among the live ones:
+    that can be the paused broker 3 (not yet fenced), and the call then waits out its timeout,
+    as in one CI run."""
+    wire = Wire(cluster.address(via))
+    try:
+        answer = wire.call(
+            43, 2, {"election_type": 0, "topic_partitions": [{"topic": topic, "partitions": [0]}]}
+        )
+    finally:
+        wire.close()
+    assert answer.error_code.value == 0, answer
+    results = [r for t in answer.replica_election_results for r in t.partition_result]
+    assert [r.error_code.value for r in results] == [0], answer
 
 
 def test_error_6_can_answer_a_write_that_was_appended_and_kept(
