@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -26,7 +27,7 @@ from compare.contenders import (
     run_confluent,
     run_failover,
 )
-from compare.mirror import MirrorContender, mirrors_copying
+from compare.mirror import CopyResult, MirrorContender, mirrors_copying
 from compare.programs import Program, runner
 from compare.report import (
     fault_table,
@@ -37,9 +38,16 @@ from compare.report import (
     throughput_table,
     write_json,
 )
-from compare.scenario import Contender, producers_under_fault, throughput
+from compare.scenario import (
+    Contender,
+    FaultResult,
+    ThroughputResult,
+    producers_under_fault,
+    throughput,
+)
 from compare.spark_jobs import (
     WARM_UP_ROWS,
+    JobResult,
     SparkContender,
     failover_writer,
     session,
@@ -148,7 +156,7 @@ def build_programs(
     return built, unbuilt
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make compare", description=__doc__)
     parser.add_argument(
         "--out", type=Path, help="folder for the report (default: build/compare/<UTC time>)"
@@ -200,8 +208,197 @@ def main(argv: list[str] | None = None) -> int:
         help="scenario 2: the longest brokers 4 and 5 stay paused (they resume when the job ends)",
     )
     parser.add_argument("--scenarios", default="1,2,3,4", help="which scenarios to run")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+@dataclass
+class Selection:
+    """What runs: the contenders of each scenario, and why any cannot (by name)."""
+
+    scenarios: set[str]
+    producers: list[Contender]
+    mirrors: list[MirrorContender]
+    writers: list[SparkContender]
+    sink: list[str] | None
+    unavailable: dict[str, str]
+
+
+@dataclass
+class Results:
+    faults: list[FaultResult] = field(default_factory=list)
+    jobs: list[JobResult] = field(default_factory=list)
+    copies: list[CopyResult] = field(default_factory=list)
+    speeds: list[ThroughputResult] = field(default_factory=list)
+
+
+def select(args: argparse.Namespace, log: IO[str], progress: Callable[[str], None]) -> Selection:
+    """The contenders named by ``--only`` of the scenarios named by ``--scenarios``, built."""
+    only = [w.strip().lower() for w in args.only.split(",") if w.strip()]
+
+    def chosen(name: str) -> bool:
+        return not only or any(word in name.lower() for word in only)
+
+    scenarios = {s.strip() for s in args.scenarios.split(",")}
+    built, unavailable = build_programs(progress)
+    mirrormaker: str | None = None
+    if "3" in scenarios:
+        try:
+            mirrormaker = processes.mirrormaker_classpath()
+        except Exception as exc:  # reported in the notes, failover-mirror still runs
+            unavailable["mirrormaker"] = str(exc)
+            progress(f"compare: MirrorMaker 2 cannot run: {exc}")
+    sink: list[str] | None = None
+    if "2" in scenarios:
+        try:
+            sink = sink_jars()
+        except Exception as exc:  # reported in the notes, write_to_kafka still runs
+            unavailable["sink"] = str(exc)
+            progress(f"compare: Spark's Kafka sink cannot run: {exc}")
+    return Selection(
+        scenarios=scenarios,
+        producers=[c for c in contenders(built["java"], built["sarama"], log) if chosen(c.name)],
+        mirrors=[m for m in mirror_contenders(mirrormaker) if chosen(m.name)],
+        writers=[
+            w
+            for w in spark_contenders()
+            if (sink is not None or w.write is failover_writer) and chosen(w.name)
+        ],
+        sink=sink,
+        unavailable=unavailable,
+    )
+
+
+def describe(
+    args: argparse.Namespace, sel: Selection, version: str, stamp: str
+) -> dict[str, object]:
+    """The report's header: the settings of each scenario and who ran."""
+    return {
+        "kafka": version,
+        "started": stamp,
+        "load_average_at_start": os.getloadavg(),
+        "java_unavailable": sel.unavailable.get("java", ""),
+        "sarama_unavailable": sel.unavailable.get("sarama", ""),
+        "scenario_1": {"rate_per_s": args.rate, "duration_s": args.duration, "fault_s": args.fault,
+                       "paused_brokers": [4, 5], "partitions": 12, "replication_factor": 3,
+                       "min_insync_replicas": 2, "value_bytes": 100},
+        "scenario_2": {"rows": args.spark_rows, "max_pause_s": args.spark_pause,
+                       "paused_brokers": [4, 5], "pause_from": "a tenth of the rows stored",
+                       "master": "local[2,4]", "spark_partitions": 8, "value_bytes": 100,
+                       "warm_up_rows_per_writer": WARM_UP_ROWS,
+                       "sink_unavailable": sel.unavailable.get("sink", ""),
+                       "sink_jars": sel.sink or [],
+                       "writers": {w.name: w.note for w in sel.writers}},
+        "scenario_3": {"messages": args.mirror_messages, "pause_s": args.mirror_pause,
+                       "pause_after_fraction": args.mirror_pause_after, "paused_brokers": [4, 5],
+                       "source": "same cluster, brokers 1-3", "value_bytes": 100,
+                       "mirrormaker_unavailable": sel.unavailable.get("mirrormaker", ""),
+                       "mirrors": {m.name: m.note for m in sel.mirrors}},
+        "scenario_4": {"messages_per_round": args.messages, "rounds": args.rounds,
+                       "value_bytes": 100},
+        "contenders": {c.name: c.note for c in sel.producers},
+    }  # fmt: skip
+
+
+def run_scenarios(
+    cluster: KafkaCluster,
+    args: argparse.Namespace,
+    sel: Selection,
+    out: Path,
+    progress: Callable[[str], None],
+) -> Results:
+    results = Results()
+    if "1" in sel.scenarios:
+        progress("scenario 1, producers under a fault:")
+        results.faults = producers_under_fault(
+            cluster,
+            sel.producers,
+            Load(rate_per_s=args.rate, duration_s=args.duration),
+            fault_start_s=args.fault[0],
+            fault_end_s=args.fault[1],
+            progress=progress,
+        )
+    if "2" in sel.scenarios:
+        progress("scenario 2, a Spark job writing to Kafka:")
+        spark = session(sel.sink or [])
+        try:
+            results.jobs = writers_under_fault(
+                cluster,
+                spark,
+                sel.writers,
+                args.spark_rows,
+                max_pause_s=args.spark_pause,
+                progress=progress,
+            )
+        finally:
+            spark.stop()
+    if "3" in sel.scenarios:
+        progress("scenario 3, mirrors copying a topic:")
+        results.copies = mirrors_copying(
+            cluster,
+            sel.mirrors,
+            args.mirror_messages,
+            out,
+            pause_after=args.mirror_pause_after,
+            pause_s=args.mirror_pause,
+            timeout_s=max(300.0, args.mirror_messages / 1000),
+            progress=progress,
+        )
+    if "4" in sel.scenarios:
+        progress("scenario 4, throughput on a healthy cluster:")
+        results.speeds = throughput(
+            cluster, sel.producers, Load(count=args.messages), rounds=args.rounds, progress=progress
+        )
+    return results
+
+
+def print_tables(
+    args: argparse.Namespace,
+    results: Results,
+    out: Path,
+    version: str,
+    progress: Callable[[str], None],
+) -> None:
+    """Each scenario's table on the terminal, and its plot beside the report."""
+    if results.faults:
+        progress("")
+        progress(
+            f"Scenario 1: {args.rate:g} msg/s for {args.duration:g} s, brokers 4 and 5 paused "
+            f"{args.fault[0]:g}-{args.fault[1]:g} s (partitions 5, 8, 9 under min ISR); "
+            f"Kafka {version}"
+        )
+        progress(fault_table(results.faults))
+        plot(out / "delivered-per-second.png", results.faults, *args.fault, version=version)
+    if results.jobs:
+        progress("")
+        progress(
+            f"Scenario 2: a Spark job (local[2,4], 8 partitions) writing {args.spark_rows:,} "
+            f"rows of 100 bytes, healthy, then with brokers 4 and 5 paused from a tenth of the "
+            f"rows until the job ended (at most {args.spark_pause:g} s); Kafka {version}"
+        )
+        progress(spark_table(results.jobs))
+    if results.copies:
+        progress("")
+        progress(
+            f"Scenario 3: {args.mirror_messages:,} messages of 100 bytes copied from a topic on "
+            f"brokers 1-3 to a renamed copy on the same cluster (12 partitions RF 3), healthy, "
+            f"then with brokers 4 and 5 paused {args.mirror_pause:g} s from "
+            f"{args.mirror_pause_after:.0%} copied; Kafka {version}"
+        )
+        progress(mirror_table(results.copies))
+        plot_mirrors(
+            out / "copied-per-second.png", results.copies, args.mirror_pause, version=version
+        )
+    if results.speeds:
+        progress("")
+        progress(
+            f"Scenario 4: {args.messages} messages of 100 bytes, acks=all, "
+            f"{args.rounds} alternated rounds, healthy cluster"
+        )
+        progress(throughput_table(results.speeds))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     out: Path = args.out or Path("build") / "compare" / stamp
     out.mkdir(parents=True, exist_ok=True)
@@ -220,120 +417,17 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    only = [w.strip().lower() for w in args.only.split(",") if w.strip()]
-    scenarios = {s.strip() for s in args.scenarios.split(",")}
-    load_avg = os.getloadavg()
-    progress(f"compare: report in {out}; load average " + " ".join(f"{x:.2f}" for x in load_avg))
-    built, unbuilt = build_programs(progress)
-    chosen = [
-        c
-        for c in contenders(built["java"], built["sarama"], log)
-        if not only or any(w in c.name.lower() for w in only)
-    ]
-    mirrormaker: str | None = None
-    mirrormaker_error = ""
-    if "3" in scenarios:
-        try:
-            mirrormaker = processes.mirrormaker_classpath()
-        except Exception as exc:  # reported in the notes, failover-mirror still runs
-            mirrormaker_error = str(exc)
-            progress(f"compare: MirrorMaker 2 cannot run: {exc}")
-    mirrors = [
-        m
-        for m in mirror_contenders(mirrormaker)
-        if not only or any(w in m.name.lower() for w in only)
-    ]
-    sink: list[str] | None = None
-    sink_error = ""
-    if "2" in scenarios:
-        try:
-            sink = sink_jars()
-        except Exception as exc:  # reported in the notes, write_to_kafka still runs
-            sink_error = str(exc)
-            progress(f"compare: Spark's Kafka sink cannot run: {exc}")
-    writers = [
-        w
-        for w in spark_contenders()
-        if (sink is not None or w.write is failover_writer)
-        and (not only or any(word in w.name.lower() for word in only))
-    ]
+    progress(f"compare: report in {out}; load average " + _load())
+    sel = select(args, log, progress)
     jars = ensure_jars()
-    meta: dict[str, object] = {
-        "kafka": jars.version,
-        "started": stamp,
-        "load_average_at_start": load_avg,
-        "java_unavailable": unbuilt.get("java", ""),
-        "sarama_unavailable": unbuilt.get("sarama", ""),
-        "scenario_1": {"rate_per_s": args.rate, "duration_s": args.duration, "fault_s": args.fault,
-                       "paused_brokers": [4, 5], "partitions": 12, "replication_factor": 3,
-                       "min_insync_replicas": 2, "value_bytes": 100},
-        "scenario_2": {"rows": args.spark_rows, "max_pause_s": args.spark_pause,
-                       "paused_brokers": [4, 5], "pause_from": "a tenth of the rows stored",
-                       "master": "local[2,4]", "spark_partitions": 8, "value_bytes": 100,
-                       "warm_up_rows_per_writer": WARM_UP_ROWS,
-                       "sink_unavailable": sink_error, "sink_jars": sink or [],
-                       "writers": {w.name: w.note for w in writers}},
-        "scenario_3": {"messages": args.mirror_messages, "pause_s": args.mirror_pause,
-                       "pause_after_fraction": args.mirror_pause_after, "paused_brokers": [4, 5],
-                       "source": "same cluster, brokers 1-3", "value_bytes": 100,
-                       "mirrormaker_unavailable": mirrormaker_error,
-                       "mirrors": {m.name: m.note for m in mirrors}},
-        "scenario_4": {"messages_per_round": args.messages, "rounds": args.rounds,
-                       "value_bytes": 100},
-        "contenders": {c.name: c.note for c in chosen},
-    }  # fmt: skip
-    faults, jobs, copies, speeds = [], [], [], []
+    meta = describe(args, sel, jars.version, stamp)
     started = time.monotonic()
     with KafkaCluster(5, min_insync_replicas=2, jars=jars) as cluster:
         progress(
             f"compare: Kafka {jars.version}, 5 brokers up in {time.monotonic() - started:.0f} s"
         )
         try:
-            if "1" in scenarios:
-                progress("scenario 1, producers under a fault:")
-                faults = producers_under_fault(
-                    cluster,
-                    chosen,
-                    Load(rate_per_s=args.rate, duration_s=args.duration),
-                    fault_start_s=args.fault[0],
-                    fault_end_s=args.fault[1],
-                    progress=progress,
-                )
-            if "2" in scenarios:
-                progress("scenario 2, a Spark job writing to Kafka:")
-                spark = session(sink or [])
-                try:
-                    jobs = writers_under_fault(
-                        cluster,
-                        spark,
-                        writers,
-                        args.spark_rows,
-                        max_pause_s=args.spark_pause,
-                        progress=progress,
-                    )
-                finally:
-                    spark.stop()
-            if "3" in scenarios:
-                progress("scenario 3, mirrors copying a topic:")
-                copies = mirrors_copying(
-                    cluster,
-                    mirrors,
-                    args.mirror_messages,
-                    out,
-                    pause_after=args.mirror_pause_after,
-                    pause_s=args.mirror_pause,
-                    timeout_s=max(300.0, args.mirror_messages / 1000),
-                    progress=progress,
-                )
-            if "4" in scenarios:
-                progress("scenario 4, throughput on a healthy cluster:")
-                speeds = throughput(
-                    cluster,
-                    chosen,
-                    Load(count=args.messages),
-                    rounds=args.rounds,
-                    progress=progress,
-                )
+            results = run_scenarios(cluster, args, sel, out, progress)
         finally:
             brokers = out / "broker-logs"
             brokers.mkdir(exist_ok=True)
@@ -346,58 +440,33 @@ def main(argv: list[str] | None = None) -> int:
         meta["uptime"] = subprocess.run(
             ["uptime"], capture_output=True, text=True, check=False
         ).stdout.strip()
-    if faults:
-        progress("")
-        progress(
-            f"Scenario 1: {args.rate:g} msg/s for {args.duration:g} s, brokers 4 and 5 paused "
-            f"{args.fault[0]:g}-{args.fault[1]:g} s (partitions 5, 8, 9 under min ISR); "
-            f"Kafka {jars.version}"
-        )
-        progress(fault_table(faults))
-        plot(out / "delivered-per-second.png", faults, *args.fault, version=jars.version)
-    if jobs:
-        progress("")
-        progress(
-            f"Scenario 2: a Spark job (local[2,4], 8 partitions) writing {args.spark_rows:,} "
-            f"rows of 100 bytes, healthy, then with brokers 4 and 5 paused from a tenth of the "
-            f"rows until the job ended (at most {args.spark_pause:g} s); Kafka {jars.version}"
-        )
-        progress(spark_table(jobs))
-    if copies:
-        progress("")
-        progress(
-            f"Scenario 3: {args.mirror_messages:,} messages of 100 bytes copied from a topic on "
-            f"brokers 1-3 to a renamed copy on the same cluster (12 partitions RF 3), healthy, "
-            f"then with brokers 4 and 5 paused {args.mirror_pause:g} s from "
-            f"{args.mirror_pause_after:.0%} copied; Kafka {jars.version}"
-        )
-        progress(mirror_table(copies))
-        plot_mirrors(out / "copied-per-second.png", copies, args.mirror_pause, version=jars.version)
-    if speeds:
-        progress("")
-        progress(
-            f"Scenario 4: {args.messages} messages of 100 bytes, acks=all, "
-            f"{args.rounds} alternated rounds, healthy cluster"
-        )
-        progress(throughput_table(speeds))
+    print_tables(args, results, out, jars.version, progress)
     write_json(
         out / "report.json",
         meta,
-        producers_under_fault=faults,
-        spark_jobs=jobs,
-        mirrors=copies,
-        throughput=speeds,
+        producers_under_fault=results.faults,
+        spark_jobs=results.jobs,
+        mirrors=results.copies,
+        throughput=results.speeds,
     )
     plots = [
         str(out / name)
-        for name, shown in (("delivered-per-second.png", faults), ("copied-per-second.png", copies))
+        for name, shown in (
+            ("delivered-per-second.png", results.faults),
+            ("copied-per-second.png", results.copies),
+        )
         if shown
     ]
     progress("")
     progress(f"compare: report {out / 'report.json'}" + "".join(f", plot {p}" for p in plots))
-    progress(f"compare: logs {log_path} (brokers: {out / 'broker-logs'}); load average now "
-             + " ".join(f"{x:.2f}" for x in os.getloadavg()))  # fmt: skip
+    progress(
+        f"compare: logs {log_path} (brokers: {out / 'broker-logs'}); load average now {_load()}"
+    )
     return 0
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
