@@ -154,6 +154,10 @@ class Quarantine:
         """True while ``partition`` is quarantined for a held write."""
         return partition in self._held
 
+    def holding(self) -> bool:
+        """True while any partition is quarantined for a held write."""
+        return bool(self._held)
+
     def next_release_at(self) -> float | None:
         """The earliest back-off end, or None when nothing is quarantined."""
         return min(self._until.values(), default=None)

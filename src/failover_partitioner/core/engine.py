@@ -272,23 +272,22 @@ class FailoverCore(Generic[E]):
             return False
         self.quarantines += 1
         q = state.quarantine
+        strikes = q.strikes(partition)
         if held:
-            logger.info(
-                "partition %s-%d held a write until a timeout: quarantined until its leader or "
-                "ISR changes, or for %.2f s (strike %d)",
-                topic,
-                partition,
+            until, seconds = (
+                "until its leader or ISR changes (it held a write), or ",
                 q.policy.max_s,
-                q.strikes(partition),
             )
         else:
-            logger.info(
-                "partition %s-%d quarantined for %.2f s (strike %d)",
-                topic,
-                partition,
-                q.policy.backoff_s(q.strikes(partition)),
-                q.strikes(partition),
-            )
+            until, seconds = "", q.policy.backoff_s(strikes)
+        logger.info(
+            "partition %s-%d quarantined %sfor %.2f s (strike %d)",
+            topic,
+            partition,
+            until,
+            seconds,
+            strikes,
+        )
         return True
 
     def failed(

@@ -96,8 +96,8 @@ class TopicState:
     def _elsewhere(self) -> bool:
         """Some partition outside the quarantine takes writes, per the metadata."""
         q = self.quarantine
-        if not len(q):
-            return True  # nothing to release: the answer does not matter
+        if not q.holding():
+            return True  # no held write to release: the answer does not matter
         return any(
             p not in q and self.usable_by_metadata(p) for p in range(len(self.metadata.partitions))
         )

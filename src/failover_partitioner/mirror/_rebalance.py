@@ -111,7 +111,7 @@ class Rebalance:
         if source is None or not partitions:
             return
         try:
-            source.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
+            source.resume(partitions)
         except KafkaException as exc:
             logger.debug("cannot resume %s on their way out: %s", names(partitions), exc)
 
