@@ -1,10 +1,26 @@
 """The confluent-kafka clients under :class:`FailoverProducer`: the main one and the one that sends
 the records of a refused batch alone (made on first need); polling and flushing them with a
-delivery callback's re-entry guarded; what a refused login says."""
+delivery callback's re-entry guarded and Ctrl-C held back; what a refused login says.
+
+**Ctrl-C while the client serves callbacks.** Python raises KeyboardInterrupt in whatever Python
+code runs when the signal is handled. When that is the first line of a callback the client is
+about to run, the callback does not run, and confluent-kafka (2.16, on Python before 3.12)
+loses the exception: flush() raises a SystemError instead, and the message whose report that
+callback was to take is gone without a word (a failure would never be retried or reported).
+So while the client waits and serves callbacks in the main thread, a Ctrl-C is held back by a
+handler of this module, and raised as KeyboardInterrupt once the client call returns (within
+0.1 s: the producer's waits are sliced so). Only Python's own SIGINT handler is replaced so,
+and only for the call; a handler of the application's is left alone. A call that does not wait
+(``poll(0)``) is not guarded: too short for a signal to fall into, it would pay two system
+calls per message to an application that polls after every ``produce``. Should a signal still
+reach one of its callbacks, flush() or poll() raises KeyboardInterrupt, not the SystemError.
+"""
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from typing import Any
 
@@ -31,7 +47,7 @@ class Clients(ProducerState):
                 settings={
                     "batch.num.messages": 1,
                     "linger.ms": 0,
-                    "error_cb": self._on_client_error,
+                    "error_cb": self._client_conf["error_cb"],
                 },
             )
             solo = self._solo_client = confluent_kafka.Producer(conf)
@@ -84,29 +100,31 @@ class Clients(ProducerState):
         return sorted([self._client, *self._others()], key=lambda c: not len(c))  # stable
 
     def _poll_client(self, timeout: float) -> int:
-        local = self._local
-        local.depth = getattr(local, "depth", 0) + 1
-        try:
-            first, *others = self._clients_busy_first()
-            served = int(first.poll(timeout))
-            for other in others:
-                served += int(other.poll(0))
-            return served
-        finally:
-            local.depth -= 1
+        """Serve the clients' callbacks, waiting up to ``timeout`` on the busiest one."""
+        return self._serve("poll", timeout)
 
     def _flush_client(self, timeout: float) -> int:
         """Flush the client holding messages for up to ``timeout`` (the others at once)."""
+        return self._serve("flush", timeout)
+
+    def _serve(self, call: str, timeout: float) -> int:
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
+        held = _hold_interrupts() if timeout > 0 else None
         try:
             first, *others = self._clients_busy_first()
-            left = int(first.flush(timeout))
+            n = int(getattr(first, call)(timeout))
             for other in others:
-                left += int(other.flush(0))
-            return left
+                n += int(getattr(other, call)(0))
+            return n
+        except SystemError as exc:
+            if _LOST not in str(exc):
+                raise
+            raise KeyboardInterrupt(_LOST_INTERRUPT) from exc
         finally:
             local.depth -= 1
+            if held is not None:
+                held.release()
 
     def _end_quiet(self) -> bool:
         """A first attempt with a callback comes: from now on every first attempt goes to the
@@ -136,3 +154,38 @@ class Clients(ProducerState):
                 f"{what}() was called from inside a delivery callback; confluent-kafka cannot "
                 "re-enter poll/flush there (it aborts). Return from the callback instead"
             )
+
+
+# What confluent-kafka says when it lost an exception raised in a callback (the module doc):
+# with every callback of the producer's catching what it raises, a signal it was interrupted by.
+_LOST = "returned NULL without setting an exception"
+_LOST_INTERRUPT = "interrupted while the client served a callback (its report may be lost)"
+
+
+class _HeldInterrupt:
+    """Python's SIGINT handler, replaced for one client call (the module doc)."""
+
+    __slots__ = ("came",)
+
+    def __init__(self) -> None:
+        self.came = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.came = True
+
+    def release(self) -> None:
+        """Put Python's handler back, and raise the KeyboardInterrupt held back, if one came."""
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.came:
+            raise KeyboardInterrupt
+
+
+def _hold_interrupts() -> _HeldInterrupt | None:
+    """Hold Ctrl-C back until ``release()``, if Python's own handler would raise it here."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # a signal is handled in the main thread, never in this one's callbacks
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None  # the application's handler (or one held already)
+    held = _HeldInterrupt()
+    signal.signal(signal.SIGINT, held)
+    return held

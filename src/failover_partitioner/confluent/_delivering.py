@@ -47,8 +47,11 @@ class Delivering(Clients):
 
     def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:
         """``_report`` for a message with a timestamp, which a failure report lacks."""
-        if err is not None:
-            self._failed_without_record(None, err, msg, headers, timestamp)
+        try:
+            if err is not None:
+                self._failed_without_record(None, err, msg, headers, timestamp)
+        except BaseException:
+            raise  # whole, for the client to keep (see _shared's module doc)
 
     def _failed_without_record(
         self,

@@ -1,6 +1,16 @@
 """What the parts of :class:`FailoverProducer` share: the records a message carries through
 confluent-kafka (each is its own delivery callback), the callbacks of messages sent without
-one, and the paths' constants and small helpers."""
+one, and the paths' constants and small helpers.
+
+Every Python function the client calls (a delivery callback, ``error_cb``, the user's
+``stats_cb`` ...) catches what it raises and raises it again (``except BaseException: raise``).
+confluent-kafka (2.16, on Python before 3.12) keeps an exception raised in a callback by its
+value alone, for poll() or flush() to raise, and an exception raised in C that nothing caught
+on its way out has no value yet: a KeyError of a dict lookup, KeyboardInterrupt from Ctrl-C.
+The caller of flush() would get a SystemError naming neither. Caught once, it has its value.
+On the healthy path that costs nothing (a ``try`` block is free until something raises), so
+the hot callbacks do it inline; the others are wrapped by :func:`_surfacing`.
+"""
 
 from __future__ import annotations
 
@@ -97,18 +107,24 @@ def _report_for(
     if cb is None:
 
         def report(err: Any, msg: Any) -> None:
-            if err is not None:
-                failed(None, err, msg)
+            try:
+                if err is not None:
+                    failed(None, err, msg)
+            except BaseException:
+                raise  # whole, for the client to keep (see the module doc)
 
         return report
 
     def report_to(err: Any, msg: Any) -> None:
-        if err is not None:
-            failed(cb, err, msg)
-            return
-        rec = _Delivered()
-        rec._msg = msg
-        cb(None, rec)
+        try:
+            if err is not None:
+                failed(cb, err, msg)
+                return
+            rec = _Delivered()
+            rec._msg = msg
+            cb(None, rec)
+        except BaseException:
+            raise  # whole, for the client to keep (see the module doc)
 
     return report_to
 
@@ -124,9 +140,25 @@ def _weakly(method: Callable[..., None]) -> Callable[..., None]:
     ref = weakref.WeakMethod(method)
 
     def call(*args: Any) -> None:
-        bound = ref()
-        if bound is not None:
-            bound(*args)
+        try:
+            bound = ref()
+            if bound is not None:
+                bound(*args)
+        except BaseException:
+            raise  # whole, for the client to keep (see the module doc)
+
+    return call
+
+
+def _surfacing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a user's callback) for the client to call, its exceptions whole (see the
+    module doc)."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except BaseException:
+            raise  # whole, for the client to keep
 
     return call
 
@@ -150,16 +182,19 @@ class _Record(DeliveryReport):
     _failure: ClassVar[Any]
 
     def __call__(self, err: Any, msg: Any) -> None:
-        if err is None:
-            entry = self._entry
-            if entry is not None:
-                self._delivered(entry)
-            cb = self._cb
-            if cb is not None:
-                self._msg = msg
-                cb(None, self)
-        else:
-            self._failure(self, err, msg)
+        try:
+            if err is None:
+                entry = self._entry
+                if entry is not None:
+                    self._delivered(entry)
+                cb = self._cb
+                if cb is not None:
+                    self._msg = msg
+                    cb(None, self)
+            else:
+                self._failure(self, err, msg)
+        except BaseException:
+            raise  # whole, for the client to keep (see the module doc)
 
 
 class _Delivered(DeliveryReport):
@@ -199,16 +234,22 @@ class _GroupReport:
         self.keeping = self._keeping  # bound once
 
     def __call__(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self._delivered()
-        else:
-            self.producer._failed_without_record(self._group, err, msg)
+        try:
+            if err is None:
+                self._delivered()
+            else:
+                self.producer._failed_without_record(self._group, err, msg)
+        except BaseException:
+            raise  # whole, for the client to keep (see the module doc)
 
     def _keeping(self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any) -> None:
-        if err is None:
-            self._delivered()
-        else:
-            self.producer._failed_without_record(self._group, err, msg, headers, timestamp)
+        try:
+            if err is None:
+                self._delivered()
+            else:
+                self.producer._failed_without_record(self._group, err, msg, headers, timestamp)
+        except BaseException:
+            raise  # whole, for the client to keep (see the module doc)
 
 
 def _kafka_error(error: object) -> Any:
