@@ -11,9 +11,10 @@ So while the client waits and serves callbacks in the main thread, a Ctrl-C is h
 handler of this module, and raised as KeyboardInterrupt once the client call returns (within
 0.1 s: the producer's waits are sliced so). Only Python's own SIGINT handler is replaced so,
 and only for the call; a handler of the application's is left alone. A call that does not wait
-(``poll(0)``) is not guarded: too short for a signal to fall into, it would pay two system
-calls per message to an application that polls after every ``produce``. Should a signal still
-reach one of its callbacks, flush() or poll() raises KeyboardInterrupt, not the SystemError.
+(``poll(0)``) is not guarded: a signal rarely falls into its few microseconds, and guarding it
+would cost two system calls per message to an application that polls after every
+``produce``. Should a signal reach a callback's first line anyway, poll() raises
+KeyboardInterrupt (not the SystemError), and that one callback did not run.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class Clients(ProducerState):
 # What confluent-kafka says when it lost an exception raised in a callback (the module doc):
 # with every callback of the producer's catching what it raises, a signal it was interrupted by.
 _LOST = "returned NULL without setting an exception"
-_LOST_INTERRUPT = "interrupted while the client served a callback (its report may be lost)"
+_LOST_INTERRUPT = "interrupted as the client started a callback, which did not run"
 
 
 class _HeldInterrupt:
