@@ -71,8 +71,9 @@ class Producing(Routing):
                     return
                 if (
                     self._quiet is None  # else the failover path ends the quiet mode first
-                    and type(value) is not str  # a report gives the client's bytes back: a str
-                    and type(key) is not str  # needs a record to be given back as it came
+                    # _rebuildable(value, key, on_delivery), inline:
+                    and type(value) is not str
+                    and type(key) is not str
                     and (
                         type(on_delivery) in _PLAIN_CALLBACKS
                         or (callable(on_delivery) and not isinstance(on_delivery, DeliveryGroup))

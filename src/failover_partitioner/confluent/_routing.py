@@ -27,6 +27,7 @@ from failover_partitioner.confluent._shared import (
     _key_bytes,
     _normalise_headers,
     _partial,
+    _rebuildable,
     _Record,
 )
 from failover_partitioner.core import NO_TOPIC, check_topic
@@ -132,12 +133,7 @@ class Routing(Delivering):
         message that needs a record, or must wait)."""
         keyed = self._keyed.get(topic)
         cb = self._default_cb if on_delivery is None else on_delivery
-        if (
-            keyed is None
-            or type(value) is str  # a report gives the client's bytes back: a str value or
-            or type(key) is str  # key needs a record to be given back as it came
-            or not (cb is None or (callable(cb) and not isinstance(cb, DeliveryGroup)))
-        ):
+        if keyed is None or not _rebuildable(value, key, cb):
             return False
         p = keyed(key if type(key) is bytes else _key_bytes(key))
         if p < 0:
@@ -192,13 +188,7 @@ class Routing(Delivering):
                 self._produce_raised(rec, exc, first=True)
             return
         cb = self._default_cb if on_delivery is None else on_delivery
-        if (
-            cb is not None
-            and kept is None
-            and timestamp is None
-            and type(value) is not str  # a str value or key needs a record to be given
-            and type(key) is not str  # back as it came (the client's report has bytes)
-        ):
+        if cb is not None and kept is None and timestamp is None and _rebuildable(value, key, cb):
             self._send_rebuildable(topic, value, key, p, cb)
             return
         if kept is not None:

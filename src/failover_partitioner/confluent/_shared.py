@@ -133,6 +133,22 @@ def _report_for(
 _PLAIN_CALLBACKS = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType})
 
 
+def _rebuildable(value: object, key: object, cb: object) -> bool:
+    """True when a message may go to the client without a record (see ``_report_for``): a
+    failure report gives the client's bytes back, so a str value or key needs a record to be
+    given back as it came, and a :class:`DeliveryGroup` has a report of its own. The healthy
+    path of ``produce()`` asks this inline (a frame per message would show)."""
+    return (
+        type(value) is not str
+        and type(key) is not str
+        and (
+            cb is None
+            or type(cb) in _PLAIN_CALLBACKS
+            or (callable(cb) and not isinstance(cb, DeliveryGroup))
+        )
+    )
+
+
 def _weakly(method: Callable[..., None]) -> Callable[..., None]:
     """``method``, held weakly (a call does nothing once its producer is gone): a thread or a
     client holding the result does not keep the producer alive, so an unclosed one is
