@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -138,13 +139,23 @@ def test_a_final_failure_callback_raising_from_c_surfaces_as_raised(mock: MockCl
 
 
 @contextlib.contextmanager
-def default_sigint() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt (Python's own handler) for the duration."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+def handled(signum: int, handler: Callable[[int, Any], Any]) -> Iterator[None]:
+    """``handler`` handles ``signum`` for the duration."""
+    previous = signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signum, previous)
+
+
+def default_sigint() -> contextlib.AbstractContextManager[None]:
+    """Ctrl-C raises KeyboardInterrupt (Python's own handler) for the duration."""
+    return handled(signal.SIGINT, signal.default_int_handler)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """A service's SIGTERM handler: SystemExit, raised in C by sys.exit()."""
+    sys.exit(143)
 
 
 def test_ctrl_c_in_a_delivery_callback_surfaces_as_keyboard_interrupt(mock: MockCluster) -> None:
@@ -167,14 +178,23 @@ def test_ctrl_c_in_a_delivery_callback_surfaces_as_keyboard_interrupt(mock: Mock
     assert p.statistics().delivered == 10
 
 
+STOPS = {
+    "ctrl-c": (signal.SIGINT, signal.default_int_handler, KeyboardInterrupt),
+    "sigterm-sys-exit": (signal.SIGTERM, _exit_on_sigterm, SystemExit),
+}
+
+
+@pytest.mark.parametrize("stop", STOPS, ids=list(STOPS))
 @pytest.mark.parametrize("refused", [False, True], ids=["delivered", "refused-then-rerouted"])
-def test_ctrl_c_while_flush_serves_reports_skips_no_callback(
-    mock: MockCluster, refused: bool
+def test_a_stop_signal_while_flush_serves_reports_skips_no_callback(
+    mock: MockCluster, refused: bool, stop: str
 ) -> None:
-    """SIGINT lands while flush() waits for reports that keep coming (deliveries, or refusals
-    to reroute): flush() raises KeyboardInterrupt, and every message still gets its callback
-    exactly once, with its final outcome. (A KeyboardInterrupt raised as a callback starts
-    would skip it, and the client would lose the exception: the module doc.)"""
+    """Ctrl-C, or SIGTERM with a handler that calls sys.exit(), lands while flush() waits for
+    reports that keep coming (deliveries, or refusals to reroute): flush() raises what the
+    handler raises, and every message still gets its callback exactly once, with its final
+    outcome. (Raised as a callback starts, it would skip the callback, and the client would
+    lose the exception: the module doc.)"""
+    signum, handler, raised = STOPS[stop]
     n = 20_000
     p = mock_producer(mock, ready=TOPIC)
     for broker in (1, 2, 3):
@@ -188,11 +208,11 @@ def test_ctrl_c_while_flush_serves_reports_skips_no_callback(
 
     for i in range(n):
         p.produce(TOPIC, b"%d" % i, on_delivery=cb)
-    timer = threading.Timer(0.004, os.kill, (os.getpid(), signal.SIGINT))
+    timer = threading.Timer(0.004, os.kill, (os.getpid(), signum))
     try:
-        with default_sigint():
+        with handled(signum, handler):
             timer.start()
-            with pytest.raises(KeyboardInterrupt):
+            with pytest.raises(raised):
                 p.flush(30)
     finally:
         timer.cancel()

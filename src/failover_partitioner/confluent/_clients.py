@@ -1,20 +1,23 @@
 """The confluent-kafka clients under :class:`FailoverProducer`: the main one and the one that sends
 the records of a refused batch alone (made on first need); polling and flushing them with a
-delivery callback's re-entry guarded and Ctrl-C held back; what a refused login says.
+delivery callback's re-entry guarded and Ctrl-C and SIGTERM held back; what a refused login
+says.
 
-**Ctrl-C while the client serves callbacks.** Python raises KeyboardInterrupt in whatever Python
-code runs when the signal is handled. When that is the first line of a callback the client is
-about to run, the callback does not run, and confluent-kafka (2.16, on Python before 3.12)
-loses the exception: flush() raises a SystemError instead, and the message whose report that
-callback was to take is gone without a word (a failure would never be retried or reported).
-So while the client waits and serves callbacks in the main thread, a Ctrl-C is held back by a
-handler of this module, and raised as KeyboardInterrupt once the client call returns (within
-0.1 s: the producer's waits are sliced so). Only Python's own SIGINT handler is replaced so,
-and only for the call; a handler of the application's is left alone. A call that does not wait
-(``poll(0)``) is not guarded: a signal rarely falls into its few microseconds, and guarding it
-would cost two system calls per message to an application that polls after every
-``produce``. Should a signal reach a callback's first line anyway, poll() raises
-KeyboardInterrupt (not the SystemError), and that one callback did not run.
+**A signal while the client serves callbacks.** Python runs a signal's handler in whatever
+Python code runs when the signal is handled; Ctrl-C's raises KeyboardInterrupt there, an
+application's SIGTERM handler often SystemExit (``sys.exit()``). When that is the first line
+of a callback the client is about to run, the callback does not run, and confluent-kafka
+(2.16, on Python before 3.12) loses the exception: flush() raises a SystemError instead, and
+the message whose report that callback was to take is gone without a word (a failure would
+never be retried or reported). So while the client waits and serves callbacks in the main
+thread, the Python handlers of SIGINT and SIGTERM are replaced by one of this module that
+notes the signal, and once the client call returns (within 0.1 s: the producer's waits are
+sliced so) they are put back and run for what came. A signal with no Python handler is left
+alone (SIGTERM's default ends the process at once). A call that does not wait (``poll(0)``) is
+not guarded: a signal rarely falls into its few microseconds, and guarding it would cost
+system calls per message to an application that polls after every ``produce``. Should Ctrl-C
+reach a callback's first line anyway, poll() raises KeyboardInterrupt (not the SystemError),
+and that one callback did not run.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import confluent_kafka
@@ -111,7 +116,7 @@ class Clients(ProducerState):
     def _serve(self, call: str, timeout: float) -> int:
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
-        held = _hold_interrupts() if timeout > 0 else None
+        held = _hold_signals() if timeout > 0 else None
         try:
             first, *others = self._clients_busy_first()
             n = int(getattr(first, call)(timeout))
@@ -163,30 +168,45 @@ _LOST = "returned NULL without setting an exception"
 _LOST_INTERRUPT = "interrupted as the client started a callback, which did not run"
 
 
-class _HeldInterrupt:
-    """Python's SIGINT handler, replaced for one client call (the module doc)."""
+# The signals whose handlers may raise to stop the program: Ctrl-C's, and the one a service
+# manager (systemd, Kubernetes) stops it with.
+_HELD_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
 
-    __slots__ = ("came",)
 
-    def __init__(self) -> None:
-        self.came = False
+class _HeldSignals:
+    """The Python handlers of :data:`_HELD_SIGNALS`, replaced for one client call by this,
+    which notes each signal that comes (the module doc)."""
 
-    def __call__(self, signum: int, frame: object) -> None:
-        self.came = True
+    __slots__ = ("_came", "_handlers")
+
+    def __init__(self, handlers: dict[int, Callable[[int, FrameType | None], Any]]) -> None:
+        self._handlers = handlers
+        self._came: list[tuple[int, FrameType | None]] = []
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self._came.append((signum, frame))
 
     def release(self) -> None:
-        """Put Python's handler back, and raise the KeyboardInterrupt held back, if one came."""
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if self.came:
-            raise KeyboardInterrupt
+        """Put the handlers back, and run them for the signals that came, in order (Python's
+        own SIGINT handler raises KeyboardInterrupt)."""
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, handler)
+        for signum, frame in self._came:
+            self._handlers[signum](signum, frame)
 
 
-def _hold_interrupts() -> _HeldInterrupt | None:
-    """Hold Ctrl-C back until ``release()``, if Python's own handler would raise it here."""
+def _hold_signals() -> _HeldSignals | None:
+    """Hold SIGINT and SIGTERM back until ``release()``, those with a Python handler."""
     if threading.current_thread() is not threading.main_thread():
         return None  # a signal is handled in the main thread, never in this one's callbacks
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return None  # the application's handler (or one held already)
-    held = _HeldInterrupt()
-    signal.signal(signal.SIGINT, held)
+    handlers: dict[int, Callable[[int, FrameType | None], Any]] = {}
+    for signum in _HELD_SIGNALS:
+        handler = signal.getsignal(signum)
+        if callable(handler) and not isinstance(handler, _HeldSignals):
+            handlers[signum] = handler
+    if not handlers:
+        return None
+    held = _HeldSignals(handlers)
+    for held_signum in handlers:
+        signal.signal(held_signum, held)
     return held
