@@ -196,9 +196,12 @@ def test_a_stop_signal_while_flush_serves_reports_skips_no_callback(
     lose the exception: the module doc.)"""
     signum, handler, raised = STOPS[stop]
     n = 20_000
-    p = mock_producer(mock, ready=TOPIC)
+    # Reports come in waves, one every 20 ms from each broker, for about 0.3 s: the signal
+    # lands while flush() waits for the first, with time to spare on a loaded machine.
+    conf = {"batch.num.messages": 500, "max.in.flight.requests.per.connection": 1}
+    p = mock_producer(mock, ready=TOPIC, conf=conf)
     for broker in (1, 2, 3):
-        mock.delay_broker(broker, 20)  # reports come in waves for a while
+        mock.delay_broker(broker, 20)
     if refused:
         mock.push_broker_errors(1, 19, 30)  # NOT_ENOUGH_REPLICAS: rerouted
     outcomes: dict[bytes, list[object]] = {}
