@@ -28,6 +28,7 @@ __all__ = [
     "check_positive_number",
     "client_settings",
     "companion_conf",
+    "surfacing",
 ]
 
 
@@ -167,12 +168,38 @@ def _check_conf(conf: Mapping[str, Any]) -> None:
 
 def _inner_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``conf`` for the inner client: without the Python-only keys, with
-    :data:`CLIENT_DEFAULTS` where the user set no value (under any alias)."""
+    :data:`CLIENT_DEFAULTS` where the user set no value (under any alias), the user's
+    callbacks wrapped by :func:`surfacing`."""
     client_conf = {k: v for k, v in conf.items() if k not in _PYTHON_ONLY}
     for canonical, default in CLIENT_DEFAULTS.items():
         if _user_value(conf, canonical) is None:
             client_conf[canonical] = default
+    for name in _USER_CALLBACKS:
+        if callable(client_conf.get(name)):
+            client_conf[name] = surfacing(client_conf[name])
     return client_conf
+
+
+# The callbacks of a user's config that the client calls (on_delivery is the producer's).
+_USER_CALLBACKS = ("error_cb", "stats_cb", "throttle_cb", "oauth_cb")
+
+
+def surfacing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, for a confluent-kafka client to call, raising what it raises as raised.
+
+    confluent-kafka (2.16, on Python before 3.12) keeps an exception raised in a callback by
+    its value alone, for poll() or flush() to raise; an exception raised in C and caught
+    nowhere on its way out has none yet (a KeyError of a dict lookup), and the caller would get
+    a SystemError naming neither. Caught once, it has its value. Every function the producer
+    hands a client does the same (confluent/_shared.py)."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except BaseException:
+            raise  # whole, for the client to keep
+
+    return call
 
 
 def _timeout_warnings(conf: Mapping[str, Any]) -> list[str]:

@@ -159,7 +159,12 @@ def test_every_client_beside_the_producer_keeps_how_to_reach_and_log_in() -> Non
     from failover_partitioner.metadata.confluent import admin_config
     from failover_partitioner.mirror._lane import lane_config
 
-    callbacks = {"on_delivery": print, "error_cb": print, "stats_cb": print, "oauth_cb": print}
+    logins: list[object] = []
+
+    def login(config: object) -> None:
+        logins.append(config)
+
+    callbacks = {"on_delivery": print, "error_cb": print, "stats_cb": print, "oauth_cb": login}
     conf: dict[str, Any] = {**SECURED, **callbacks, "acks": "all"}
     admin = admin_config(conf)
     assert admin is not None
@@ -173,7 +178,8 @@ def test_every_client_beside_the_producer_keeps_how_to_reach_and_log_in() -> Non
             if key != "client.id":
                 assert got[key] == value, (role, key)
         assert got["client.id"] == f"orders-{role}"
-        assert got["oauth_cb"] is print  # logging in needs it
+        got["oauth_cb"](role)  # logging in needs it (wrapped: see _config.surfacing)
+        assert logins[-1] == role
         for callback in ("on_delivery", "error_cb", "stats_cb"):
             assert callback not in got, (role, callback)  # the producer's own, called once
     assert derived["solo"]["linger.ms"] == 0

@@ -9,7 +9,7 @@ value alone, for poll() or flush() to raise, and an exception raised in C that n
 on its way out has no value yet: a KeyError of a dict lookup, KeyboardInterrupt from Ctrl-C.
 The caller of flush() would get a SystemError naming neither. Caught once, it has its value.
 On the healthy path that costs nothing (a ``try`` block is free until something raises), so
-the hot callbacks do it inline; the others are wrapped by :func:`_surfacing`.
+the hot callbacks do it inline; the user's own are wrapped by ``_config.surfacing``.
 """
 
 from __future__ import annotations
@@ -162,19 +162,6 @@ def _weakly(method: Callable[..., None]) -> Callable[..., None]:
                 bound(*args)
         except BaseException:
             raise  # whole, for the client to keep (see the module doc)
-
-    return call
-
-
-def _surfacing(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` (a user's callback) for the client to call, its exceptions whole (see the
-    module doc)."""
-
-    def call(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except BaseException:
-            raise  # whole, for the client to keep
 
     return call
 

@@ -121,7 +121,6 @@ from failover_partitioner.confluent._shared import (
     _Record,
     _refusal_text,
     _report_for,
-    _surfacing,
     _weakly,
 )
 from failover_partitioner.core import FailoverCore, ProducerStatistics
@@ -214,9 +213,6 @@ class FailoverProducer(Batching):
         """The confluent-kafka client, its queue bounded at the in-flight limit."""
         limit = self._limit
         client_conf = dict(settings.client_conf)
-        for name in ("stats_cb", "throttle_cb", "oauth_cb"):  # error_cb: see below
-            if callable(client_conf.get(name)):
-                client_conf[name] = _surfacing(client_conf[name])
         # The healthy path sends without a check of its own: the client's queue bound is the
         # in-flight limit (or the user's, if lower), so a full queue is the limit reached.
         queued = client_conf.get("queue.buffering.max.messages")

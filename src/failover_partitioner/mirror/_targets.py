@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from failover_partitioner._config import client_settings
+from failover_partitioner._config import client_settings, surfacing
 from failover_partitioner.errors import FailoverError
 
 from ._clients import (
@@ -305,9 +305,9 @@ class Targets:
             logger.info("subscribing to %d source topics: %s", len(topics), ", ".join(topics))
             consumer.subscribe(
                 list(topics),
-                on_assign=on_assign,
-                on_revoke=on_revoke,
-                on_lost=on_lost,
+                on_assign=surfacing(on_assign),
+                on_revoke=surfacing(on_revoke),
+                on_lost=surfacing(on_lost),
             )
             self.subscribed = topics
         else:
