@@ -114,6 +114,8 @@ class Clients(ProducerState):
         return self._serve("flush", timeout)
 
     def _serve(self, call: str, timeout: float) -> int:
+        """``poll`` or ``flush`` (``call``) every client, waiting up to ``timeout`` on the
+        first one holding something, SIGINT and SIGTERM held meanwhile (the module doc)."""
         local = self._local
         local.depth = getattr(local, "depth", 0) + 1
         held = _hold_signals() if timeout > 0 else None
