@@ -5,9 +5,14 @@ value alone. An exception raised in C and caught nowhere on its way out of the c
 value yet: a KeyError of a dict lookup, an AttributeError, KeyboardInterrupt from Ctrl-C. A raw
 Producer then raises a SystemError that names neither the exception nor the callback
 (``test_a_raw_producer_garbles_it`` shows it). FailoverProducer's own callbacks, which call the
-user's, give the client the exception itself; the user's statistics and throttle callbacks are
-passed on so too. Nothing is lost either way: the message whose callback raised has had its
-outcome, and the others keep theirs.
+user's, give the client the exception itself; the user's error, statistics, throttle and oauth
+callbacks are passed on so too. Nothing is lost either way: the message whose callback raised
+has had its outcome, and the others keep theirs.
+
+A signal handled as a callback starts is raised before any of the callback runs: the callback
+is skipped, and the client loses what the handler raised. While the client waits, the producer
+holds SIGINT and SIGTERM back (``confluent/_clients.py``); the stop-signal tests show no
+callback is skipped.
 """
 
 from __future__ import annotations
