@@ -180,8 +180,9 @@ def _inner_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
     return client_conf
 
 
-# The callbacks of a user's config that the client calls (on_delivery is the producer's).
-_USER_CALLBACKS = ("error_cb", "stats_cb", "throttle_cb", "oauth_cb")
+# The callbacks of a user's config that a client calls itself (on_delivery and error_cb are
+# the producer's, which call the user's).
+_USER_CALLBACKS = ("stats_cb", "throttle_cb", "oauth_cb")
 
 
 def surfacing(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,7 +9,8 @@ value alone, for poll() or flush() to raise, and an exception raised in C that n
 on its way out has no value yet: a KeyError of a dict lookup, KeyboardInterrupt from Ctrl-C.
 The caller of flush() would get a SystemError naming neither. Caught once, it has its value.
 On the healthy path that costs nothing (a ``try`` block is free until something raises), so
-the hot callbacks do it inline; the user's own are wrapped by ``_config.surfacing``.
+the delivery callbacks do it inline; the others (the producer's ``error_cb``, the user's
+``stats_cb``, ``throttle_cb`` and ``oauth_cb``) are wrapped by ``_config.surfacing``.
 """
 
 from __future__ import annotations
@@ -156,12 +157,9 @@ def _weakly(method: Callable[..., None]) -> Callable[..., None]:
     ref = weakref.WeakMethod(method)
 
     def call(*args: Any) -> None:
-        try:
-            bound = ref()
-            if bound is not None:
-                bound(*args)
-        except BaseException:
-            raise  # whole, for the client to keep (see the module doc)
+        bound = ref()
+        if bound is not None:
+            bound(*args)
 
     return call
 

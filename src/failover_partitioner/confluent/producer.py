@@ -101,6 +101,7 @@ from failover_partitioner._config import (
     check_positive_number,
     client_settings,
     companion_conf,
+    surfacing,
 )
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner._options import (
@@ -227,7 +228,7 @@ class FailoverProducer(Batching):
         # topic -> (when, the error) of the last refusal for lack of rights (see _on_failure).
         self._refusals: dict[str, tuple[float, Any]] = {}
         self._user_error_cb = client_conf.get("error_cb")
-        client_conf["error_cb"] = _weakly(self._on_client_error)
+        client_conf["error_cb"] = surfacing(_weakly(self._on_client_error))
         try:
             # The report of a message sent without a record (see _report_for).
             # Weakly: the metadata thread holds the client, the client this callback.
