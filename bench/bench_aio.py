@@ -10,8 +10,8 @@ Issue 20's targets for the asyncio producer:
   transition (failures, quarantines, elections), is reported beside the figure.
 
 Throughput is messages per second from the first ``send`` until every future is resolved. Both
-sides run alternately, several times, and the medians are compared, so a busy machine slows
-both.
+sides run alternately (the one that starts swapping every round), several times, and the
+medians are compared, so a busy machine slows both.
 """
 
 from __future__ import annotations
@@ -88,9 +88,13 @@ def run(quick: bool) -> list[Figure]:
         cluster.call("create_topic", TOPIC, PARTITIONS, 3)
         bootstrap = cluster.bootstrap_servers
         asyncio.run(_failover_rate(bootstrap, n // 10))  # warm-up: connections, code paths
-        for _ in range(repeats):
-            raw.append(asyncio.run(_raw_rate(bootstrap, n)))
-            ours.append(asyncio.run(_failover_rate(bootstrap, n)))
+        for i in range(repeats):  # alternated: the side that runs first swaps every round
+            if i % 2:
+                ours.append(asyncio.run(_failover_rate(bootstrap, n)))
+                raw.append(asyncio.run(_raw_rate(bootstrap, n)))
+            else:
+                raw.append(asyncio.run(_raw_rate(bootstrap, n)))
+                ours.append(asyncio.run(_failover_rate(bootstrap, n)))
 
     return [
         Figure(
