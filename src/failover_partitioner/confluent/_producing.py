@@ -55,7 +55,7 @@ class Producing(Routing):
                 lane = self._lanes[topic]
             except KeyError:  # a topic not seen yet
                 lane = _OFF
-            if lane is not _OFF and (key is None or lane is None or topic in self._whole):
+            if lane is None or (lane is not _OFF and (key is None or topic in self._whole)):
                 if lane is None:  # (and no default callback)
                     p = _ANY_PARTITION
                 else:
@@ -64,7 +64,10 @@ class Producing(Routing):
                         on_delivery = self._default_cb
                 if on_delivery is None:
                     try:
-                        self._produce_raw(topic, value, key, p)
+                        if lane is None:  # the client parses a partition, even -1, at a cost
+                            self._produce_raw(topic, value, key)
+                        else:
+                            self._produce_raw(topic, value, key, p)
                     except BaseException as exc:
                         self._forward_raised(exc, topic, value, key, p, None, None)
                     self._count_in()
