@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
 
 from failover_partitioner import AsyncFailoverProducer
-from harness import Figure, MinibrokerProcess, runs_under_fault
+from harness import Figure, MinibrokerProcess, per_round, runs_under_fault
 
 VALUE = b"x" * 100
 TOPIC = "bench-aio"
@@ -107,7 +107,7 @@ def run(quick: bool) -> list[Figure]:
             note=(
                 f"{n} x 100 B keyless, acks=all, 3 brokers RF=3, {PARTITIONS} partitions, "
                 f"minibroker in its own process; runs raw {[round(r) for r in raw]}, "
-                f"failover {[round(r) for r in ours]}"
+                f"failover {[round(r) for r in ours]}; {per_round(ours, raw)}"
             ),
         ),
         _fault_figure(n, repeats),

@@ -40,7 +40,7 @@ from confluent_kafka import Producer
 from failover_partitioner import FailoverProducer, PartitionMetadata, TopicMetadata, TopicView
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.testing import MockCluster
-from harness import FAULT_CONFIG, Figure, MinibrokerProcess, runs_under_fault
+from harness import FAULT_CONFIG, Figure, MinibrokerProcess, per_round, runs_under_fault
 
 ISSUE = 6
 HEALTHY_PATH_ISSUE = 20
@@ -186,9 +186,10 @@ def _compare(
             ours.append(_failover_rate(bootstrap, n, per_message, **dict(options)))
     cpu_ours = statistics.median(r[1] for r in ours)
     cpu_raw = statistics.median(r[1] for r in raw)
+    rounds = per_round([r[0] for r in ours], [r[0] for r in raw])
     note = (
         f"per CPU-second of this process: {cpu_ours:.0f} vs {cpu_raw:.0f} msg "
-        f"(ratio {cpu_ours / cpu_raw:.2f})"
+        f"(ratio {cpu_ours / cpu_raw:.2f}); {rounds}"
     )
     return statistics.median(r[0] for r in ours), statistics.median(r[0] for r in raw), note
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,13 +130,18 @@ class FaultRuns:
     faulty: list[float]
 
     def spread(self) -> str:
-        """The ratio of each round (faulty / healthy, measured back to back): how far one
-        round strays from the medians' ratio on this machine now."""
-        ratios = sorted(f / h for f, h in zip(self.faulty, self.healthy, strict=True))
-        return (
-            f"per-round ratios {ratios[0]:.2f} / {statistics.median(ratios):.2f} / "
-            f"{ratios[-1]:.2f} (min / median / max)"
-        )
+        """:func:`per_round` of the faulty runs against the healthy ones."""
+        return per_round(self.faulty, self.healthy)
+
+
+def per_round(values: Sequence[float], references: Sequence[float]) -> str:
+    """The ratio of each round (value / reference, measured back to back): how far one round
+    strays from the medians' ratio on this machine now."""
+    ratios = sorted(v / r for v, r in zip(values, references, strict=True))
+    return (
+        f"per-round ratios {ratios[0]:.2f} / {statistics.median(ratios):.2f} / "
+        f"{ratios[-1]:.2f} (min / median / max)"
+    )
 
 
 def runs_under_fault(
