@@ -218,8 +218,9 @@ class Lanes:
         if md is None:  # acks=0: no offsets
             for m in batch.messages:
                 m.sent = False
-                assert m.entry is not None
-                delivered(m.entry)
+                entry, m.entry = m.entry, None  # (see below)
+                assert entry is not None
+                delivered(entry)
                 if not m.future.done():
                     m.future.set_result(None)
             return
@@ -232,8 +233,12 @@ class Lanes:
         topic, partition, tp = lane.topic, lane.partition, lane.tp
         for i, m in enumerate(batch.messages):
             m.sent = False
-            assert m.entry is not None
-            delivered(m.entry)
+            # A message and its entry refer to each other: let go of the entry, so that both
+            # are freed as soon as the batch is, not by Python's cyclic garbage collector (its
+            # collections walked every message in flight: about 30 % of the send rate).
+            entry, m.entry = m.entry, None
+            assert entry is not None
+            delivered(entry)
             f = m.future
             if not f.done():
                 f.set_result(

@@ -187,6 +187,9 @@ class _Record(DeliveryReport):
             if err is None:
                 entry = self._entry
                 if entry is not None:
+                    # The entry refers to this record (its item): let go of it, so that both
+                    # are freed by their counts, not by Python's cyclic garbage collector.
+                    self._entry = None
                     self._delivered(entry)
                 cb = self._cb
                 if cb is not None:
