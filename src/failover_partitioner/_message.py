@@ -48,7 +48,8 @@ class DeliveryGroup:
     __slots__ = ("_client_report",)
 
     def __init__(self) -> None:
-        # The producer's per-group callable it gives the client (set on first use).
+        # A weak reference to the producer's callable for the group, which it gives the client
+        # with each message (made on first use, and again once none is in flight).
         self._client_report: Any = None
 
     def delivered(self) -> None:

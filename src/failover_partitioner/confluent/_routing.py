@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -172,13 +173,15 @@ class Routing(Delivering):
         if isinstance(on_delivery, DeliveryGroup):
             # No record: the group hears of a first-attempt delivery without a report,
             # and a failure is rebuilt from the client's (see DeliveryGroup).
-            report = on_delivery._client_report
+            held = on_delivery._client_report  # weakly (see _GroupReport)
+            report = None if held is None else held()
             if report is None or report.producer is not self:
-                report = on_delivery._client_report = _GroupReport(self, on_delivery)
+                report = _GroupReport(self, on_delivery)
+                on_delivery._client_report = weakref.ref(report)
             if kept is not None or timestamp is not None:
                 if kept is not None:
                     kept = kept[:]  # the caller may reuse its list; a retry needs these
-                report = _partial(report.keeping, kept, timestamp)
+                report = _partial(_GroupReport.keeping, report, kept, timestamp)
             try:
                 self._produce_reported(topic, value, key, p, report, None, timestamp or 0, kept)
             except BaseException as exc:

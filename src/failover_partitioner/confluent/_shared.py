@@ -226,16 +226,20 @@ class _GroupReport:
     the message out and tells the group; a failure rebuilds the message from the report.
 
     Failure reports carry no headers and no timestamp: a message with either is given to the
-    client as ``partial(report.keeping, headers, timestamp)`` (made in C, no Python frame when
-    called)."""
+    client as ``partial(_GroupReport.keeping, report, headers, timestamp)`` (made in C, no
+    Python frame when called).
 
-    __slots__ = ("_delivered", "_group", "keeping", "producer")
+    The group holds its report weakly (``group._client_report``), and the client holds it for
+    each message in flight: a strong reference back would make a cycle, left for Python's
+    cyclic garbage collector with the group and all it holds (a mirror's span: its consumed
+    messages)."""
+
+    __slots__ = ("__weakref__", "_delivered", "_group", "producer")
 
     def __init__(self, producer: Delivering, group: DeliveryGroup) -> None:
         self.producer = producer
         self._group = group
         self._delivered = group.delivered
-        self.keeping = self._keeping  # bound once
 
     def __call__(self, err: Any, msg: Any) -> None:
         try:
@@ -246,7 +250,7 @@ class _GroupReport:
         except BaseException:
             raise  # whole, for the client to keep (see the module doc)
 
-    def _keeping(self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any) -> None:
+    def keeping(self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any) -> None:
         try:
             if err is None:
                 self._delivered()
