@@ -235,7 +235,7 @@ class Lanes:
             m.sent = False
             # A message and its entry refer to each other: let go of the entry, so that both
             # are freed as soon as the batch is, not by Python's cyclic garbage collector (its
-            # collections walked every message in flight: about 30 % of the send rate).
+            # collections walked every message in flight: freed by count, 1.17x the send rate).
             entry, m.entry = m.entry, None
             assert entry is not None
             delivered(entry)
