@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
 
 from failover_partitioner import AsyncFailoverProducer
-from harness import Figure, MinibrokerProcess, per_round, runs_under_fault
+from harness import Figure, MinibrokerProcess, alternated, per_round, runs_under_fault
 
 VALUE = b"x" * 100
 TOPIC = "bench-aio"
@@ -82,19 +82,18 @@ def _fault_figure(n: int, repeats: int) -> Figure:
 def run(quick: bool) -> list[Figure]:
     n = 20_000 if quick else 100_000
     repeats = 2 if quick else 5  # rounds stray far on a shared machine: more of them
-    raw: list[float] = []
-    ours: list[float] = []
     with MinibrokerProcess(3, {"min.insync.replicas": "2"}) as cluster:
         cluster.call("create_topic", TOPIC, PARTITIONS, 3)
         bootstrap = cluster.bootstrap_servers
         asyncio.run(_failover_rate(bootstrap, n // 10))  # warm-up: connections, code paths
-        for i in range(repeats):  # alternated: the side that runs first swaps every round
-            if i % 2:
-                ours.append(asyncio.run(_failover_rate(bootstrap, n)))
-                raw.append(asyncio.run(_raw_rate(bootstrap, n)))
-            else:
-                raw.append(asyncio.run(_raw_rate(bootstrap, n)))
-                ours.append(asyncio.run(_failover_rate(bootstrap, n)))
+        runs = alternated(
+            repeats,
+            {
+                "raw": lambda: asyncio.run(_raw_rate(bootstrap, n)),
+                "failover": lambda: asyncio.run(_failover_rate(bootstrap, n)),
+            },
+        )
+    raw, ours = runs["raw"], runs["failover"]
 
     return [
         Figure(

@@ -40,7 +40,14 @@ from confluent_kafka import Producer
 from failover_partitioner import FailoverProducer, PartitionMetadata, TopicMetadata, TopicView
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
 from failover_partitioner.testing import MockCluster
-from harness import FAULT_CONFIG, Figure, MinibrokerProcess, per_round, runs_under_fault
+from harness import (
+    FAULT_CONFIG,
+    Figure,
+    MinibrokerProcess,
+    alternated,
+    per_round,
+    runs_under_fault,
+)
 
 ISSUE = 6
 HEALTHY_PATH_ISSUE = 20
@@ -174,16 +181,15 @@ def _compare(
 ) -> tuple[float, float, str]:
     """Median wall-time rates of FailoverProducer and raw, run alternately (the order
     swapped every round), and a note with the CPU-time comparison."""
-    raw: list[tuple[float, float]] = []
-    ours: list[tuple[float, float]] = []
     _raw_rate(bootstrap, n // 4, per_message)  # warm-up: connections, topic metadata
-    for i in range(repeat):
-        if i % 2:
-            ours.append(_failover_rate(bootstrap, n, per_message, **dict(options)))
-            raw.append(_raw_rate(bootstrap, n, per_message))
-        else:
-            raw.append(_raw_rate(bootstrap, n, per_message))
-            ours.append(_failover_rate(bootstrap, n, per_message, **dict(options)))
+    runs = alternated(
+        repeat,
+        {
+            "raw": lambda: _raw_rate(bootstrap, n, per_message),
+            "ours": lambda: _failover_rate(bootstrap, n, per_message, **dict(options)),
+        },
+    )
+    raw, ours = runs["raw"], runs["ours"]
     cpu_ours = statistics.median(r[1] for r in ours)
     cpu_raw = statistics.median(r[1] for r in raw)
     rounds = per_round([r[0] for r in ours], [r[0] for r in raw])

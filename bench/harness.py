@@ -10,9 +10,9 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from failover_partitioner.errors import ProduceTimeout
 
@@ -132,6 +132,20 @@ class FaultRuns:
     def spread(self) -> str:
         """:func:`per_round` of the faulty runs against the healthy ones."""
         return per_round(self.faulty, self.healthy)
+
+
+_T = TypeVar("_T")
+
+
+def alternated(rounds: int, sides: Mapping[str, Callable[[], _T]]) -> dict[str, list[_T]]:
+    """What each side returns over ``rounds`` rounds, run one after the other, the one that
+    starts swapping every round: a machine that speeds up or slows down falls on both."""
+    names = list(sides)
+    results: dict[str, list[_T]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else names[::-1]:
+            results[name].append(sides[name]())
+    return results
 
 
 def per_round(values: Sequence[float], references: Sequence[float]) -> str:

@@ -18,6 +18,7 @@ medians of the phases show which part of the path a difference comes from. It co
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from confluent_kafka import Producer
 
 from failover_partitioner import FailoverProducer
 from failover_partitioner.testing import MockCluster
+from harness import alternated
 
 TOPIC = "costs"
 VALUE = b"x" * 100
@@ -69,10 +71,9 @@ def costs(bootstrap: str, n: int, rounds: int, per_message: bool) -> dict[str, l
         for producer in sides.values():  # warm-up: connections, the healthy path opening
             for _ in range(3):
                 _turn(producer, n, cb)
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
-        for i in range(rounds):
-            for name in sides if i % 2 == 0 else reversed(sides):
-                times[name].append(_turn(sides[name], n, cb))
+        times = alternated(
+            rounds, {name: functools.partial(_turn, side, n, cb) for name, side in sides.items()}
+        )
     finally:
         ours.close()
     return {
