@@ -64,7 +64,9 @@ class Producing(Routing):
                         on_delivery = self._default_cb
                 if on_delivery is None:
                     try:
-                        if lane is None:  # the client parses a partition, even -1, at a cost
+                        # No partition where the client places it (lane None: p is
+                        # _ANY_PARTITION): given, even -1 costs the client a parse.
+                        if lane is None:
                             self._produce_raw(topic, value, key)
                         else:
                             self._produce_raw(topic, value, key, p)
