@@ -1,6 +1,6 @@
-"""A delivered message leaves no reference cycle behind: what the producers make for it is freed
-by reference counting as soon as its outcome is reported, not by Python's cyclic garbage
-collector, whose collections would otherwise walk every message in flight
+"""A message leaves no reference cycle behind, delivered or finally failed: what the producers
+make for it is freed by reference counting as soon as its outcome is reported, not by Python's
+cyclic garbage collector, whose collections would otherwise walk every message in flight
 (AsyncFailoverProducer sent 1.17x as fast once a message and its retry-buffer entry no longer
 referred to each other) and keep whatever a cycle holds until then (a mirror's span: its
 consumed messages).
@@ -14,7 +14,7 @@ import asyncio
 import gc
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -29,6 +29,7 @@ from tests.integration.mock_support import mock_producer, mock_with_topic
 TOPIC = "cycles"
 PARTITIONS = 6
 NOT_ENOUGH_REPLICAS = 19
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
 @contextmanager
@@ -126,6 +127,32 @@ def test_a_retried_record_and_its_entry_are_freed_when_it_is_delivered(
         p.close()
 
 
+def test_a_finally_failed_record_and_its_entry_are_freed_once_reported(
+    mock: MockCluster,
+) -> None:
+    p = mock_producer(mock, ready=TOPIC)
+    try:
+        leaders = {v.leader for v in p.health(TOPIC).partitions}
+        failed = [0]
+
+        def count(err: Any, report: DeliveryReport) -> None:
+            assert err is not None
+            assert err.code() == TOPIC_AUTHORIZATION_FAILED
+            failed[0] += 1
+
+        with cyclic_garbage() as garbage, ExitStack() as refusing:
+            for broker in leaders:
+                refusing.enter_context(mock.failing_produce(broker, TOPIC_AUTHORIZATION_FAILED))
+            for i in range(300):
+                p.produce(TOPIC, b"m%d" % i, headers=[("i", b"%d" % i)], on_delivery=count)
+            assert p.flush(30) == 0
+            assert failed[0] == 300
+            assert p.statistics().final_failures == 300
+        assert kinds(garbage, DeliveryReport, Entry) == Counter()
+    finally:
+        p.close()
+
+
 def test_an_async_message_and_its_entry_are_freed_when_it_is_delivered() -> None:
     from failover_partitioner.aio._lanes import Message
 
@@ -139,6 +166,32 @@ def test_an_async_message_and_its_entry_are_freed_when_it_is_delivered() -> None
                     futures = [await ap.send(TOPIC, b"m%d" % i) for i in range(2000)]
                     results = await asyncio.gather(*futures)
                     assert len(results) == 2000
+                    del futures, results
+            return garbage
+
+        garbage = asyncio.run(run())
+    assert kinds(garbage, Message, Entry) == Counter()
+
+
+def test_a_finally_failed_async_message_and_its_entry_are_freed_once_reported() -> None:
+    from failover_partitioner.aio._lanes import Message
+
+    with Cluster(brokers=3, config={"min.insync.replicas": "2"}) as cluster:
+        cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+
+        async def run() -> list[object]:
+            async with AsyncFailoverProducer(
+                bootstrap_servers=cluster.bootstrap_servers, delivery_timeout_s=0.5
+            ) as ap:
+                await ap.refresh(TOPIC)
+                for broker in (2, 3):
+                    cluster.stop_broker(broker)
+                with cyclic_garbage() as garbage:
+                    # Under min ISR everywhere: each waits for a usable partition, in vain.
+                    futures = [await ap.send(TOPIC, b"m%d" % i) for i in range(200)]
+                    results = await asyncio.gather(*futures, return_exceptions=True)
+                    assert all(isinstance(r, Exception) for r in results)
+                    assert ap.statistics().final_failures == 200
                     del futures, results
             return garbage
 

@@ -402,6 +402,7 @@ class AsyncFailoverProducer:
 
     def _on_final_failure(self, entry: Entry[Message], error: object) -> None:
         msg = entry.item
+        msg.entry = None  # the message and its entry refer to each other (see Lanes._batch_done)
         if entry.possibly_duplicated:
             msg.dup = True
         exc = error if isinstance(error, BaseException) else FailoverError(repr(error))

@@ -121,6 +121,7 @@ class Delivering(Clients):
 
     def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
         rec = entry.item
+        rec._entry = None  # the record and its entry refer to each other (see _Record)
         self._final_failures += 1
         kerr = _kafka_error(error)
         rec._error = kerr
