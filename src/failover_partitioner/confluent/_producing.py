@@ -12,6 +12,7 @@ from typing import Any
 import confluent_kafka
 
 from failover_partitioner._message import DeliveryGroup
+from failover_partitioner.choose import NO_PARTITION
 from failover_partitioner.confluent._routing import Routing
 from failover_partitioner.confluent._shared import (
     _ANY_PARTITION,
@@ -48,18 +49,29 @@ class Producing(Routing):
         """
         # The healthy path (see the module doc): nothing waits, so the message goes to the
         # client as a raw producer's would, placed by the client (lane None; keys too) or by
-        # the topic's rotation over its usable partitions (a keyless message). Every frame
+        # the topic's rotation over its usable partitions (a keyless message), or, on a topic
+        # with partitions out of use, by the chooser's keyed choice (a bytes key). Every frame
         # here shows next to librdkafka's produce(). Counted in once held.
         if headers is None and timestamp is None and partition is None:
             try:
                 lane = self._lanes[topic]
             except KeyError:  # a topic not seen yet
                 lane = _OFF
-            if lane is None or (lane is not _OFF and (key is None or topic in self._whole)):
+            if lane is None or lane is not _OFF:  # (None, the commonest, tested first: cheaper)
                 if lane is None:  # (and no default callback)
                     p = _ANY_PARTITION
                 else:
-                    p = _ANY_PARTITION if key is not None else lane()
+                    if key is None:
+                        p = lane()
+                    elif topic in self._whole:
+                        p = _ANY_PARTITION
+                    else:
+                        keyed = self._keyed.get(topic)
+                        p = keyed(key) if keyed is not None and type(key) is bytes else NO_PARTITION
+                        if p < 0:  # (also a str key) the failover path: the core places it
+                            self._produce_failover(topic, value, key, None, on_delivery, None, None)
+                            self._count_in()
+                            return
                     if on_delivery is None:
                         on_delivery = self._default_cb
                 if on_delivery is None:

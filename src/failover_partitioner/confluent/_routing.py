@@ -55,22 +55,18 @@ class Routing(Delivering):
         partition: int | None,
     ) -> None:
         """``produce`` off the healthy path: the core routes the message (the keyless common
-        case through the chooser's own rotation; a key, while the healthy path is on for a topic
-        with some partitions out of use, through the chooser's keyed choice)."""
+        case through the chooser's own rotation)."""
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
         if on_delivery is not None and self._quiet is not None and not self._end_quiet():
             raise self._timed_out(topic, value, key, headers, timestamp)
-        if headers is None and timestamp is None and partition is None:
-            if key is None:
-                # Keyless, nothing but perhaps a callback to keep. The dict holds a topic only
-                # when such a message needs nothing else (no id header, no errors-only wrapper,
-                # no byte budget), so one lookup stands for all those checks.
-                chooser = self._bare.get(topic)
-                if chooser is not None:
-                    self._produce_bare(chooser, topic, value, on_delivery)
-                    return
-            elif self._produce_keyed(topic, value, key, on_delivery):
+        if key is None and headers is None and timestamp is None and partition is None:
+            # Keyless, nothing but perhaps a callback to keep. The dict holds a topic only
+            # when such a message needs nothing else (no id header, no errors-only wrapper,
+            # no byte budget), so one lookup stands for all those checks.
+            chooser = self._bare.get(topic)
+            if chooser is not None:
+                self._produce_bare(chooser, topic, value, on_delivery)
                 return
         if not self._buffer.has_room():
             self._wait_for_room(topic, value, key, headers, timestamp)
@@ -120,27 +116,6 @@ class Routing(Delivering):
                 return
             p = _ANY_PARTITION
         self._produce_routed(topic, value, None, None, on_delivery, None, p)
-
-    def _produce_keyed(
-        self,
-        topic: str,
-        value: bytes | str | None,
-        key: bytes | str,
-        on_delivery: DeliveryCallback | None,
-    ) -> bool:
-        """A keyed message without headers or timestamp on the healthy path of a topic with
-        some partitions out of use: the chooser's keyed choice for the current view (the
-        key's home while usable), sent without a record. False: it takes the long way (a
-        message that needs a record, or must wait)."""
-        keyed = self._keyed.get(topic)
-        cb = self._default_cb if on_delivery is None else on_delivery
-        if keyed is None or not _rebuildable(value, key, cb):
-            return False
-        p = keyed(key if type(key) is bytes else _key_bytes(key))
-        if p < 0:
-            return False
-        self._send_rebuildable(topic, value, key, p, cb)
-        return True
 
     def _produce_routed(
         self,

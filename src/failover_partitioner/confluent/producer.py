@@ -37,9 +37,9 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts the
   topics back once nothing waits (``_reopen_whole``). A topic some of whose partitions are
   out of use (under min ISR, no leader) stays on the path for its keyless messages, placed by
-  the chooser's own rotation over the usable partitions; its keyed ones take the chooser's
-  keyed choice (``_produce_keyed``: the key's home while usable, else its bucket's rendezvous
-  winner), without the core's frame.
+  the chooser's own rotation over the usable partitions; its keyed ones (a ``bytes`` key) take
+  the chooser's keyed choice (the key's home while usable, else its bucket's rendezvous
+  winner), called from ``produce()`` itself as the rotation is.
 * **Other first attempts** go to the client with an explicit ``partition=`` chosen from the
   topic's current :class:`~failover_partitioner.health.TopicView` (confluent-kafka cannot take
   a Python partitioner), except where librdkafka's own partitioner follows the same rule while
