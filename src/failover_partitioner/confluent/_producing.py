@@ -1,6 +1,11 @@
 """``produce`` of :class:`FailoverProducer`: the healthy path (the message goes straight to the
 client, as a raw producer's would), else the failover path (``_routing.py``); and what a
-refusal by the client at once on the healthy path leads to."""
+refusal by the client at once on the healthy path leads to.
+
+On the healthy path a message is placed by the client (lane None; keys too, while the topic is
+whole), by the topic's rotation over its usable partitions (a keyless message), or, on a topic
+with partitions out of use, by the chooser's keyed choice (a bytes key; a key it has no
+partition for takes the failover path). It is counted in once the client holds it."""
 
 from __future__ import annotations
 
@@ -47,11 +52,8 @@ class Producing(Routing):
         Waits up to ``produce_timeout_s`` while ``max_in_flight`` messages are in flight, then
         raises :class:`ProduceTimeout` carrying the message (not accepted).
         """
-        # The healthy path (see the module doc): nothing waits, so the message goes to the
-        # client as a raw producer's would, placed by the client (lane None; keys too) or by
-        # the topic's rotation over its usable partitions (a keyless message), or, on a topic
-        # with partitions out of use, by the chooser's keyed choice (a bytes key). Every frame
-        # here shows next to librdkafka's produce(). Counted in once held.
+        # The healthy path (the module doc): nothing waits, so the message goes to the client
+        # as a raw producer's would. Every frame here shows next to librdkafka's produce().
         if headers is None and timestamp is None and partition is None:
             try:
                 lane = self._lanes[topic]
@@ -76,8 +78,7 @@ class Producing(Routing):
                         on_delivery = self._default_cb
                 if on_delivery is None:
                     try:
-                        # No partition where the client places it (lane None: p is
-                        # _ANY_PARTITION): given, even -1 costs the client a parse.
+                        # Lane None: no partition (given, even -1 costs the client a parse).
                         if lane is None:
                             self._produce_raw(topic, value, key)
                         else:
