@@ -5,9 +5,11 @@ process, both producers stay open and take turns: each turn produces a chunk of 
 one ``produce()`` at a time, lets the deliveries arrive, then ``flush()``-es, and the main
 thread's CPU time of the two phases is noted per message: *produce* (the calls) and *serve*
 (what the client does for the chunk's deliveries in the application's thread: reports, the
-callbacks, freeing the messages). Two workloads, as in bench_failover's healthy rows: no
-per-message callback (the raw Producer with ``on_delivery`` in its config), and a per-message
-``on_delivery`` on both sides.
+callbacks, freeing the messages). Three workloads: the two of bench_failover's healthy rows,
+no per-message callback (the raw Producer with ``on_delivery`` in its config) and a per-message
+``on_delivery`` on both sides; and messages with one header (a W3C ``traceparent``), no
+per-message callback, which FailoverProducer keeps a record of while the client holds it
+(a failure report has no headers, and a retry needs them).
 
 Chunks are short and alternate many times, so that the machine's speed, which moves by tens of
 percent from one second to the next on a shared 2-core machine, falls on both sides alike; the
@@ -32,6 +34,7 @@ from harness import alternated
 
 TOPIC = "costs"
 VALUE = b"x" * 100
+HEADERS = [("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
 
 
 def _noop(err: Any, msg: Any) -> None:
@@ -39,12 +42,18 @@ def _noop(err: Any, msg: Any) -> None:
 
 
 def _turn(
-    producer: Any, n: int, on_delivery: Callable[[Any, Any], None] | None
+    producer: Any,
+    n: int,
+    on_delivery: Callable[[Any, Any], None] | None,
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> tuple[float, float]:
     """Microseconds of the main thread's CPU per message: producing n, then serving them."""
     produce = producer.produce
     start = time.thread_time()
-    if on_delivery is None:
+    if headers is not None:
+        for _ in range(n):
+            produce(TOPIC, VALUE, headers=headers)
+    elif on_delivery is None:
         for _ in range(n):
             produce(TOPIC, VALUE)
     else:
@@ -58,7 +67,13 @@ def _turn(
     return (produced - start) / n * 1e6, (served - produced) / n * 1e6
 
 
-def costs(bootstrap: str, n: int, rounds: int, per_message: bool) -> dict[str, list[float]]:
+def costs(
+    bootstrap: str,
+    n: int,
+    rounds: int,
+    per_message: bool,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> dict[str, list[float]]:
     """Medians (produce, serve, total) in microseconds per message, raw and FailoverProducer."""
     conf = {"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0}
     raw = Producer(conf if per_message else {**conf, "on_delivery": _noop})
@@ -70,9 +85,10 @@ def costs(bootstrap: str, n: int, rounds: int, per_message: bool) -> dict[str, l
         sides = {"raw": raw, "FailoverProducer": ours}
         for producer in sides.values():  # warm-up: connections, the healthy path opening
             for _ in range(3):
-                _turn(producer, n, cb)
+                _turn(producer, n, cb, headers)
         times = alternated(
-            rounds, {name: functools.partial(_turn, side, n, cb) for name, side in sides.items()}
+            rounds,
+            {name: functools.partial(_turn, side, n, cb, headers) for name, side in sides.items()},
         )
     finally:
         ours.close()
@@ -97,11 +113,14 @@ def main() -> None:
         print(
             f"{'workload':<28}{'producer':<18}{'produce':>9}{'serve':>9}{'total':>9}{'raw/ours':>10}"
         )
-        for workload, per_message in (
-            ("no per-message callback", False),
-            ("per-message on_delivery", True),
+        for workload, per_message, headers in (
+            ("no per-message callback", False, None),
+            ("per-message on_delivery", True, None),
+            ("a header, no callback", False, HEADERS),
         ):
-            medians = costs(mock.bootstrap_servers, args.messages, args.rounds, per_message)
+            medians = costs(
+                mock.bootstrap_servers, args.messages, args.rounds, per_message, headers
+            )
             raw_total = medians["raw"][2]
             for name, (produce, serve, total) in medians.items():
                 ratio = f"{raw_total / total:10.3f}" if name != "raw" else ""
