@@ -63,15 +63,17 @@ def strikes(caplog: pytest.LogCaptureFixture) -> Counter[object]:
 
 
 def held_phase_checks(cluster: Cluster, view: TopicView, struck: Counter[object]) -> None:
-    """4.5 s after the cut: the partitions holding writes are out of use, each struck once or
-    twice (a first failure may be another, such as the asyncio client's own timeout of a batch
-    queued behind a held one). Held writes time out after 1 s; a back-off of 0.2 s, doubling,
-    would have released and struck each of them three or four times by now."""
+    """4.5 s after the cut: partitions holding writes are out of use, each struck once (on a
+    busy machine some may not have answered yet); no other partition was struck. Held writes
+    time out after 1 s; a back-off of 0.2 s, doubling, would have released and struck each of
+    them three or four times by now. A partition that held nothing but shared a request, or a
+    connection's queue, with one that did is not struck: the client waits for the broker's own
+    answer, per partition."""
     held = {s.partition for s in cluster.describe("orders") if 5 in s.replicas}
     assert all(len(s.isr) == 3 for s in cluster.describe("orders")), "ISR shrank too soon"
     assert held & set(view.quarantined), view  # the metadata still shows all whole, but...
     assert struck.keys() & held, struck
-    assert all(struck[p] <= 2 for p in held), (struck, held)
+    assert struck.keys() <= held and max(struck.values()) == 1, (struck, held)
 
 
 def followed_only(cluster: Cluster) -> set[int]:

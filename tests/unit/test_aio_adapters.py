@@ -20,14 +20,18 @@ from aiokafka.protocol.metadata import (  # type: ignore[import-untyped,unused-i
 )
 
 from failover_partitioner.aio import AsyncFailoverProducer
-from failover_partitioner.aio._client import first_answer_supported, make_inner_producer
+from failover_partitioner.aio._client import (
+    _FirstAnswerHandler,
+    first_answer_supported,
+    make_inner_producer,
+)
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.aio._metadata import (
     check_min_isr_option,
     parse_min_isr,
     parse_partitions,
 )
-from failover_partitioner.aio._settings import aio_client_settings
+from failover_partitioner.aio._settings import ANSWER_MARGIN_MS, aio_client_settings
 from failover_partitioner.errors import ConfigError, MetadataUnavailable
 from failover_partitioner.metadata import MinIsr
 
@@ -257,14 +261,22 @@ def test_the_inner_producer_answers_with_the_first_broker_reply() -> None:
 
     async def build() -> tuple[bool, bool, bool]:
         producer, first_answer = make_inner_producer(
-            {"bootstrap_servers": BS, "acks": "all", "enable_idempotence": False}
+            {
+                "bootstrap_servers": BS,
+                "acks": "all",
+                "enable_idempotence": False,
+                "request_timeout_ms": 800,
+            }
         )
         try:
             sender = producer._sender
+            # The broker is asked to hold a write 800 ms; the client waits longer for its
+            # answer, and keeps a batch queued longer, so that answer comes first.
+            assert _FirstAnswerHandler(sender, {}).create_request()._timeout == 800
+            assert producer.client._request_timeout_ms == 800 + ANSWER_MARGIN_MS
+            assert producer._message_accumulator._batch_ttl == (800 + ANSWER_MARGIN_MS) / 1000
             error = ak.NotEnoughReplicasError()
             stock = SendProduceReqHandler(sender, {})._can_retry(error, _FreshBatch())
-            from failover_partitioner.aio._client import _FirstAnswerHandler
-
             ours = _FirstAnswerHandler(sender, {})._can_retry(error, _FreshBatch())
             return first_answer, stock, ours
         finally:

@@ -26,6 +26,7 @@ from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # n
 )
 from aiokafka.producer import sender as _sender  # type: ignore[import-untyped,unused-ignore]
 
+from failover_partitioner.aio._settings import ANSWER_MARGIN_MS
 from failover_partitioner.errors import AuthenticationFailed
 
 __all__ = [
@@ -73,20 +74,39 @@ if first_answer_supported():
 def make_inner_producer(client_kwargs: Mapping[str, Any]) -> tuple[Any, bool]:
     """A new ``AIOKafkaProducer`` (not started) and whether it answers with the first reply.
 
+    With the first-answer sender, the produce request asks the broker to hold a write at most
+    ``request_timeout_ms``, while the client itself waits :data:`ANSWER_MARGIN_MS` longer (for
+    a request's answer, and for a batch in its queue behind a held request). The broker's own
+    answer, per partition (written, or REQUEST_TIMED_OUT for the one that held it), then
+    arrives before the client gives up on the whole request: otherwise aiokafka's wait, which
+    starts first, ends first, closes the connection and fails every batch of the request alike,
+    and a batch that waited behind the held one expires in the client's queue at the same
+    moment, so the partitions that held nothing would be struck too.
+
     Must be called inside the running event loop (aiokafka binds to it).
     """
-    producer = AIOKafkaProducer(**dict(client_kwargs))
-    sender = getattr(producer, "_sender", None)
-    if first_answer_supported() and type(sender) is _sender.Sender:
-        # Same state, one overridden decision: swapping the class keeps every attribute.
-        sender.__class__ = _FirstAnswerSender
-        return producer, True
-    logger.warning(
-        "this aiokafka version does not have the sender hooks the failover producer uses; "
-        "a refused batch is retried on its partition for up to request_timeout_ms before it "
-        "is rerouted"
+    hold_ms = client_kwargs["request_timeout_ms"]
+    if not first_answer_supported():
+        logger.warning(_NO_HOOKS)
+        return AIOKafkaProducer(**dict(client_kwargs)), False
+    producer = AIOKafkaProducer(
+        **{**client_kwargs, "request_timeout_ms": hold_ms + ANSWER_MARGIN_MS}
     )
-    return producer, False
+    sender: Any = getattr(producer, "_sender", None)
+    if type(sender) is not _sender.Sender or not hasattr(sender, "_request_timeout_ms"):
+        logger.warning(_NO_HOOKS)
+        return producer, False
+    # Same state, one overridden decision: swapping the class keeps every attribute.
+    sender.__class__ = _FirstAnswerSender
+    sender._request_timeout_ms = hold_ms  # the produce request's own timeout
+    return producer, True
+
+
+_NO_HOOKS = (
+    "this aiokafka version does not have the sender hooks the failover producer uses; "
+    "a refused batch is retried on its partition for up to request_timeout_ms before it "
+    "is rerouted"
+)
 
 
 async def start_inner_producer(client_kwargs: Mapping[str, Any], name: str) -> tuple[Any, bool]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from failover_partitioner.errors import ConfigError
 
-__all__ = ["CLIENT_DEFAULTS", "AioClientSettings", "aio_client_settings"]
+__all__ = ["ANSWER_MARGIN_MS", "CLIENT_DEFAULTS", "AioClientSettings", "aio_client_settings"]
 
 # Applied only when the caller has not given them.
 CLIENT_DEFAULTS: Mapping[str, Any] = {
@@ -30,6 +30,11 @@ CLIENT_DEFAULTS: Mapping[str, Any] = {
 }
 
 REROUTE_WARNING_MS = 30_000
+
+# How much longer than ``request_timeout_ms`` (the broker's hold of an acks=all write) the inner
+# client waits for an answer and keeps a batch in its queue: long enough for the broker's own
+# answer to arrive first (see ``_client.make_inner_producer``).
+ANSWER_MARGIN_MS = 1_000
 
 _REFUSED: Mapping[str, str] = {
     "loop": "aiokafka deprecated it; create the producer inside the running event loop",
@@ -65,8 +70,8 @@ class AioClientSettings:
     max_request_size: int
     client_id: str | None
     # The longest the client may hold one message: it answers each batch with the first
-    # response, at most request_timeout_ms, and a batch may wait that long behind the one
-    # before it on its connection.
+    # response, at most request_timeout_ms + ANSWER_MARGIN_MS, and a batch may wait that long
+    # behind the one before it on its connection.
     holds_message_s: float | None = None
     warnings: tuple[str, ...] = field(default=())
 
@@ -138,6 +143,6 @@ def aio_client_settings(kwargs: Mapping[str, Any]) -> AioClientSettings:
         value_serializer=kwargs.get("value_serializer"),
         max_request_size=max_request_size,
         client_id=None if client_id is None else str(client_id),
-        holds_message_s=2 * timeout_ms / 1000,
+        holds_message_s=2 * (timeout_ms + ANSWER_MARGIN_MS) / 1000,
         warnings=tuple(warnings),
     )
