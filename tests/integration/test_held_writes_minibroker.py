@@ -73,7 +73,8 @@ def held_phase_checks(cluster: Cluster, view: TopicView, struck: Counter[object]
     assert all(len(s.isr) == 3 for s in cluster.describe("orders")), "ISR shrank too soon"
     assert held & set(view.quarantined), view  # the metadata still shows all whole, but...
     assert struck.keys() & held, struck
-    assert struck.keys() <= held and max(struck.values()) == 1, (struck, held)
+    assert struck.keys() <= held, (struck, held)
+    assert max(struck.values()) == 1, struck
 
 
 def followed_only(cluster: Cluster) -> set[int]:
