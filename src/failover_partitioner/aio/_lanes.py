@@ -170,6 +170,19 @@ class Lanes:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
+    def withdraw(self, topic: str, partition: int) -> list[Message]:
+        """Take back the messages of ``topic`` [``partition``] not yet handed to aiokafka (its
+        closed and open batches), in order: the partition was just taken out of use, and a
+        leader that held one write would hold these too, each batch a request timeout."""
+        lanes = self._lanes.get(topic)
+        if lanes is None or partition >= len(lanes):
+            return []
+        lane = lanes[partition]
+        batches = [*lane.ready, *([lane.open] if lane.open is not None else [])]
+        lane.ready.clear()
+        lane.open = None
+        return [m for batch in batches for m in batch.messages]
+
     async def _pump(self, lane: Lane) -> None:
         """Hand ``lane``'s batches to aiokafka one at a time (it queues one per partition)."""
         send_batch = self._inner.send_batch

@@ -12,7 +12,8 @@ Theory of operation (DESIGN.md sections 1, 3 and 4; the asyncio twin of ``Failov
 * The inner producer answers with the broker's first reply (``_client``). A batch's
   done-callback only reports: delivered messages resolve their futures; failed ones are
   classified, their partition is quarantined at once when the error says so, and they wait in
-  the failed buffer.
+  the failed buffer. The messages still in a quarantined partition's lane, never sent, are
+  placed again at once (appended to other lanes, whose tasks send them).
 * A retry task takes due failed messages and appends them again, as new messages with a new
   partition choice. It is a task of its own: nothing is re-sent from inside a done-callback.
 * Metadata (partitions, ISR, min.insync.replicas) is refreshed by a task of its own
@@ -377,9 +378,15 @@ class AsyncFailoverProducer:
         lane = batch.lane
         heed = self._core.heed(lane.topic, lane.partition, ec)
         meta = self._meta
-        if heed.quarantined and meta is not None:
-            meta.set_fast(lane.topic, True)
+        if heed.quarantined:
+            if meta is not None:
+                meta.set_fast(lane.topic, True)
             self._retry_wake.set()
+            assert self._lanes is not None
+            for m in self._lanes.withdraw(lane.topic, lane.partition):
+                m.partition = -1  # never sent there: no attempt, no reroute
+                m.attempts -= 1
+                self._dispatch(m)
         if heed.refresh:
             if meta is not None:
                 meta.request_refresh(lane.topic)
