@@ -157,8 +157,8 @@ class ProducerOptions:
 
 
 # produce_timeout_s when not given: how long the inner client may hold one message, plus this
-# margin (15 s at either client's defaults here); for a client that holds one without limit
-# (message.timeout.ms=0), the fallback.
+# margin (15 s at confluent-kafka's defaults here, 17 s at aiokafka's); for a client that holds
+# one without limit (message.timeout.ms=0), the fallback.
 PRODUCE_TIMEOUT_MARGIN_S: Final = 5.0
 PRODUCE_TIMEOUT_FALLBACK_S: Final = 15.0
 
