@@ -110,7 +110,8 @@ class Lane:
 
 class Lanes:
     """Every partition's open batch and the task handing its closed batches to aiokafka, one
-    at a time (aiokafka queues one per partition), so a stalled partition holds up no other.
+    at a time, the next once the one before is answered, so a stalled partition holds up no
+    other and what waits for a partition stays in its lane (``withdraw``).
     A batch's answer delivers its messages; a failure goes to ``failed`` (the producer's, which
     asks the core). ``backlog``: the caller outruns a partition (closed batches pile up)."""
 
@@ -184,7 +185,7 @@ class Lanes:
         return [m for batch in batches for m in batch.messages]
 
     async def _pump(self, lane: Lane) -> None:
-        """Hand ``lane``'s batches to aiokafka one at a time (it queues one per partition)."""
+        """Hand ``lane``'s batches to aiokafka one at a time, each after the last one's answer."""
         send_batch = self._inner.send_batch
         try:
             while True:
@@ -206,6 +207,10 @@ class Lanes:
                     continue
                 self.handed_over.add(batch)
                 future.add_done_callback(functools.partial(self._batch_done, batch))
+                # The next batch waits for this one's answer: if the partition is taken out
+                # of use meanwhile, what waits is still in the lane and goes elsewhere
+                # (withdraw), instead of being held a request timeout in aiokafka's queue.
+                await asyncio.wait((future,))
         finally:
             lane.busy = False
 

@@ -7,8 +7,8 @@ Theory of operation (DESIGN.md sections 1, 3 and 4; the asyncio twin of ``Failov
   ``produce_timeout_s`` there, then raises :class:`ProduceTimeout`), chooses a partition from
   the topic's current :class:`~failover_partitioner.health.TopicView`, and appends the message
   to that partition's open batch. It never waits on the network: one task per partition hands
-  closed batches to aiokafka (``send_batch``) one at a time, so a stalled partition cannot hold
-  up ``send`` for the others.
+  closed batches to aiokafka (``send_batch``) one at a time, each after the last one's
+  answer, so a stalled partition cannot hold up ``send`` for the others.
 * The inner producer answers with the broker's first reply (``_client``). A batch's
   done-callback only reports: delivered messages resolve their futures; failed ones are
   classified, their partition is quarantined at once when the error says so, and they wait in
