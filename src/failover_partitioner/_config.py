@@ -49,6 +49,14 @@ CLIENT_DEFAULTS: Mapping[str, Any] = {
     # lesser of the two) is unchanged; it is above request.timeout.ms, the broker's wait for
     # acks, so a live broker's answer comes first.
     "socket.timeout.ms": 10_000,
+    # One ProduceRequest at a time per broker (librdkafka's default: a million). A leader
+    # answers its connection's requests one at a time, and one that holds an acks=all write (a
+    # follower hung, still in the ISR) holds every request sent behind it, each up to
+    # request.timeout.ms in turn, for any partition. With one in flight, a broker's next
+    # request leaves only after the held one is answered and its partition taken out of use:
+    # what was queued for that partition meanwhile is held once more, and nothing after it.
+    # Batches grow while a request is out, so the rate on a healthy cluster holds (bench/).
+    "max.in.flight.requests.per.connection": 1,
     # The Java client's key placement (murmur2), which the producer's keyed choice follows:
     # with it, librdkafka can place a key itself while the topic is whole (choose.py).
     "partitioner": "murmur2_random",
@@ -59,6 +67,10 @@ _ALIASES: Mapping[str, tuple[str, ...]] = {
     "message.timeout.ms": ("message.timeout.ms", "delivery.timeout.ms"),
     "request.timeout.ms": ("request.timeout.ms",),
     "socket.timeout.ms": ("socket.timeout.ms",),
+    "max.in.flight.requests.per.connection": (
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+    ),
     "partitioner": ("partitioner",),
 }
 

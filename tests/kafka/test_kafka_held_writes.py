@@ -5,12 +5,14 @@ Broker 4 follows three partitions and leads none. Hung (SIGSTOP), it stays in th
 ``broker.session.timeout.ms`` (40 s here), so for 25 s their leaders append every acks=all
 write and hold it until the request's timeout, then answer REQUEST_TIMED_OUT (7), while the
 metadata shows the partitions whole. A leader answers one request per connection at a time, so
-every request the producer sent it meanwhile, for any partition, waits behind the held ones:
-the producer's deliveries stall for about 11 s here, whatever it does, until those are answered.
-Then, as the producer keeps each held partition out of use until its ISR changes, it delivers
-at the offered rate. Released after a back-off instead, the held partitions took new writes and
-stalled the connections again until the ISR shrank (about 150 messages a second delivered
-between 15 and 24 s after the pause, against 1,950 offered).
+every request the producer sent it meanwhile, for any partition, waits behind the held ones.
+Both producers send one request per broker at a time (librdkafka's default is a million, under
+which deliveries stalled for about 10 s here, until librdkafka's own timeout ended the requests
+queued behind the held ones: 26,700 retries in 16 s against 1,600-1,800 with one at a time).
+The producer keeps each held partition out of use until its ISR changes, so a few seconds after
+the pause every second delivers the offered rate. Released after a back-off instead, the held
+partitions took new writes and stalled the connections again until the ISR shrank (about 150
+messages a second delivered between 15 and 24 s after the pause, against 1,950 offered).
 
 The asyncio producer goes through the same fault on the same cluster (a topic of its own): the
 same strikes, the same rate in the window, everything read back.
@@ -41,7 +43,7 @@ LAG_S = 25.0
 REQUEST_TIMEOUT_MS = 2000
 RATE_PER_S = 2_000
 HELD_PHASE_S = 7.0  # seconds after the pause: the held writes answered, the partitions struck
-WINDOW = (15.0, 24.0)  # seconds after the pause: the queued held requests answered, ISR full
+WINDOW = (7.0, 24.0)  # seconds after the pause: the held requests answered, the ISR still full
 # Broker 4 follows partitions 0-2 and leads none; partitions 3-7 do not involve it.
 ASSIGNMENT = [
     [1, 2, 4],
@@ -86,12 +88,19 @@ def check_held_phase(struck: Counter[object], view: TopicView) -> None:
 
 
 def check_window(cluster: KafkaCluster, topic: str, delivered: list[float], paused: float) -> None:
-    """While the ISR still holds the hung follower, the rest of the topic takes the load."""
+    """While the ISR still holds the hung follower, the rest of the topic takes the load: each
+    second of the window delivers at least half the offered rate (a backlog delivered in a
+    burst after a stall does not make up for it)."""
     views = cluster.describe(topic)
     assert all(len(v.isr) == 3 for v in views), f"an ISR shrank too soon: {views}"
     begin, end = paused + WINDOW[0], paused + WINDOW[1]
-    rate = sum(1 for t in delivered if begin <= t < end) / (end - begin)
-    assert rate >= 0.6 * RATE_PER_S, f"{rate:.0f} msg/s delivered while the writes were held"
+    per_second = Counter(int(t - begin) for t in delivered if begin <= t < end)
+    slow = {
+        WINDOW[0] + s: per_second[s]
+        for s in range(int(WINDOW[1] - WINDOW[0]))
+        if per_second[s] < RATE_PER_S / 2
+    }
+    assert not slow, f"seconds after the pause with under half the offered rate delivered: {slow}"
 
 
 def check_read_back(
