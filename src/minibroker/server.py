@@ -1,8 +1,9 @@
 """The asyncio shell: listeners, connections, follower fetchers and the housekeeping tick.
 
 Everything runs on one event loop. Each broker is a TCP listener whose connections decode
-requests with kio and hand them to the handlers; responses leave in request order per connection
-(clients match them by order). The replication model's follower fetch is in-process: when a
+requests with kio and hand them to the handlers, one at a time per connection: as Kafka's socket
+server, a connection's next request is read only once the previous one is answered (clients
+match responses by order). The replication model's follower fetch is in-process: when a
 leader appends, every follower broker that can reach it gets a fetch scheduled on the loop (the
 in-process equivalent of a fetcher thread's long poll returning), copies the new batches into its
 own ``ReplicaLog`` and reports its new log end, which advances the high watermark. A periodic
@@ -128,6 +129,7 @@ class Connection(asyncio.Protocol):
         self._peer = "?"
         self.peer_host = ""
         self._refused = False
+        self._reading = False  # inside _serve_buffer (a response sent meanwhile resumes it)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -187,30 +189,60 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        self._buffer += data
+        self._serve_buffer()
+
+    def _serve_buffer(self) -> None:
+        """Serve the buffered requests one at a time, as Kafka's socket server does: it mutes
+        a connection once a request is read and reads the next only after the response went
+        out (or at once when there is none: acks=0). A request a broker holds (an acks=all
+        write waiting for the ISR, a Fetch long poll) so holds every request behind it on the
+        connection, whatever its partition; reading pauses meanwhile, and the client's writes
+        wait in the socket's buffers."""
+        if self._reading:
+            return  # a response sent while serving: the loop below goes on
+        self._reading = True
         buffer = self._buffer
-        buffer += data
         position = 0
         limit = self.broker.cluster.socket_request_max_bytes
-        available = len(buffer)
-        while available - position >= 4 and not self.closed and not self._refused:
-            size = _LENGTH.unpack_from(buffer, position)[0]
-            if size < 0 or size > limit:
-                self.refuse(
-                    f"request frame of {size} bytes exceeds socket.request.max.bytes {limit}"
-                    if size > limit
-                    else f"negative frame length {size}"
-                )
-                return
-            end = position + 4 + size
-            if end > available:
-                break
-            frame = bytes(buffer[position + 4 : end])
-            position = end
-            self._dispatch(frame)
+        try:
+            available = len(buffer)
+            while (
+                available - position >= 4
+                and not self._slots
+                and not self.closed
+                and not self._refused
+            ):
+                size = _LENGTH.unpack_from(buffer, position)[0]
+                if size < 0 or size > limit:
+                    self.refuse(
+                        f"request frame of {size} bytes exceeds socket.request.max.bytes {limit}"
+                        if size > limit
+                        else f"negative frame length {size}"
+                    )
+                    return
+                end = position + 4 + size
+                if end > available:
+                    break
+                frame = bytes(buffer[position + 4 : end])
+                position = end
+                self._dispatch(frame)
+        finally:
+            self._reading = False
         if self.closed or self._refused:
             return
         if position:
             del buffer[:position]
+        self._set_reading(not self._slots)
+
+    def _set_reading(self, reading: bool) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if reading:
+            transport.resume_reading()  # does nothing when not paused
+        else:
+            transport.pause_reading()
 
     def _dispatch(self, frame: bytes) -> None:
         cluster = self.broker.cluster
@@ -277,6 +309,8 @@ class Connection(asyncio.Protocol):
         if ready:
             self._transport.writelines(ready)
         self._close_when_answered()
+        if not slots and not self.closed and not self._refused:
+            self._serve_buffer()  # answered: the next request may be read
 
 
 class BrokerRuntime:

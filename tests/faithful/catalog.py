@@ -15,6 +15,7 @@ from tests.faithful.scenarios import (
     isr_shrink_and_rejoin,
     leader_killed,
     min_isr_writes,
+    requests_in_turn,
 )
 
 __all__ = ["SCENARIOS"]
@@ -28,4 +29,5 @@ SCENARIOS: Mapping[str, Callable[[Backend], Outcome]] = {
     "consumer_groups": consumer_groups,
     "idempotent_across_leader_change": idempotent_across_leader_change,
     "advertised_versions": advertised_versions,
+    "requests_in_turn": requests_in_turn,
 }

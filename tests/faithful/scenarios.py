@@ -496,3 +496,51 @@ def advertised_versions(backend: Backend) -> Outcome:
             (f"{key} {name}", served.get(key, "not served")) for key, name in CLIENT_APIS.items()
         ),
     )
+
+
+# -- 9. one request at a time per connection ----------------------------------------------------
+
+
+def requests_in_turn(backend: Backend) -> Outcome:
+    """Two Fetch long polls sent back to back on one connection: the second is read only once
+    the first is answered, so it waits its own max_wait after the first's. A request that a
+    broker holds (this long poll, an acks=all write waiting for its ISR) holds every request
+    behind it on the connection, whatever the partition."""
+    topic = unique("in-turn")
+    backend.create_topic(topic, [[1, 2, 3]])
+    wait_until(lambda: leader_of(backend, topic) == 1, 30, "the topic's leader")
+    wire = Wire(backend.address(1))
+    try:
+        fetch = wire.encode(
+            1,
+            12,
+            {
+                "max_wait": 500,
+                "min_bytes": 1_000_000,  # more than there is: waits the whole max_wait
+                "max_bytes": 1_000_000,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 10_000}
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+            },
+        )
+        began = time.monotonic()
+        wire.send_frame(fetch)
+        wire.send_frame(fetch)
+        answered = []
+        for _ in range(2):
+            assert wire.read_frame() is not None, "the broker closed the connection"
+            answered.append(time.monotonic() - began)
+    finally:
+        wire.close()
+    return Outcome(
+        scenario="9 one request at a time per connection",
+        observed=(("second long poll waited its own max_wait", answered[1] - answered[0] >= 0.4),),
+        timings_s=(("first answered", answered[0]), ("second answered", answered[1])),
+    )

@@ -18,6 +18,7 @@ from tests.faithful.scenarios import (
     isr_shrink_and_rejoin,
     leader_killed,
     min_isr_writes,
+    requests_in_turn,
 )
 
 LEADER_NOT_AVAILABLE = 5
@@ -176,3 +177,10 @@ def test_every_client_api_is_advertised(backend: Backend) -> None:
     outcome = advertised_versions(backend)
     missing = [f"{key} {name}" for key, name in CLIENT_APIS.items()]
     assert [api for api in missing if outcome[api] == "not served"] == []
+
+
+def test_a_connection_is_served_one_request_at_a_time(backend: Backend) -> None:
+    outcome = requests_in_turn(backend)
+    assert outcome["second long poll waited its own max_wait"] is True
+    assert 0.4 < outcome.timing("first answered") < 3.0
+    assert 0.8 < outcome.timing("second answered") < 6.0

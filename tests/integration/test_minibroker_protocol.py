@@ -296,6 +296,43 @@ def test_requests_before_a_bad_frame_are_answered_then_the_connection_closes(
         wire.close()
 
 
+def test_a_connection_is_served_one_request_at_a_time(cluster: Cluster) -> None:
+    # Kafka mutes a connection from reading a request until it has answered it: a request sent
+    # behind one the broker holds (a Fetch long poll here, an acks=all write waiting for the
+    # ISR alike) starts only then, and so waits both times in turn, whatever its partition.
+    wire = leader_wire(cluster, "wire", 1)
+    try:
+        fetch = wire.encode(
+            1,
+            12,
+            {
+                "max_wait": 300,
+                "min_bytes": 1_000_000,  # more than there is: waits the whole max_wait
+                "max_bytes": 1_000_000,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": "wire",
+                        "partitions": [
+                            {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 10_000}
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+            },
+        )
+        started = time.monotonic()
+        wire.sock.sendall((LEN.pack(len(fetch)) + fetch) * 2)
+        answered = []
+        for _ in range(2):
+            assert wire.read_frame() is not None
+            answered.append(time.monotonic() - started)
+        assert answered[0] >= 0.25, answered
+        assert answered[1] - answered[0] >= 0.25, f"served side by side: {answered}"
+    finally:
+        wire.close()
+
+
 def test_a_connection_stalled_mid_frame_holds_up_nobody(cluster: Cluster, wire: Wire) -> None:
     wire.sock.sendall(LEN.pack(1000) + b"\0" * 10)  # 990 bytes never come
     other = Wire(cluster.bootstrap_servers.split(",")[0])
