@@ -134,6 +134,7 @@ def client_settings(conf: Mapping[str, Any]) -> ClientSettings:
             *_timeout_warnings(conf),
             *_socket_timeout_warnings(conf),
             *_retries_warnings(conf),
+            *_in_flight_warnings(conf),
         ),
     )
 
@@ -247,6 +248,22 @@ def _socket_timeout_warnings(conf: Mapping[str, Any]) -> list[str]:
         f"long, and its view of the partitions stays as old meanwhile (more than "
         f"{REROUTE_WARNING_S:g} s); leave it unset to use "
         f"{CLIENT_DEFAULTS['socket.timeout.ms']} ms"
+    ]
+
+
+def _in_flight_warnings(conf: Mapping[str, Any]) -> list[str]:
+    """More than one request in flight per broker: each may wait behind a held write."""
+    in_flight = _user_value(conf, "max.in.flight.requests.per.connection")
+    if in_flight is None:
+        return []
+    name, value = in_flight
+    if _as_number(name, value) <= 1:
+        return []
+    return [
+        f"{name}={value!r}: a broker holding an acks=all write (a follower hung, still in the "
+        "ISR) answers the requests sent behind it on the connection one after another, each "
+        "up to request.timeout.ms, whatever their partitions; leave it unset (1) so that a "
+        "held partition holds one request after the first at most"
     ]
 
 

@@ -66,6 +66,25 @@ def test_settings_that_delay_rerouting_past_30_s_warn(extra: dict[str, Any], fra
     assert any(fragment in w for w in s.warnings), s.warnings
 
 
+@pytest.mark.parametrize(
+    ("extra", "warned"),
+    [
+        ({"max.in.flight": 5}, "max.in.flight=5: a broker holding an acks=all write"),
+        ({"max.in.flight.requests.per.connection": "2"}, "max.in.flight.requests.per"),
+        ({"max.in.flight": 1}, None),
+    ],
+)
+def test_more_than_one_request_in_flight_per_broker_warns(
+    extra: dict[str, Any], warned: str | None
+) -> None:
+    warnings = client_settings({**BASE, **extra}).warnings
+    if warned is None:
+        assert warnings == ()
+    else:
+        (warning,) = warnings
+        assert warning.startswith(warned), warning
+
+
 def test_the_producer_turns_those_into_python_warnings() -> None:
     # The bad max_in_flight stops construction before any client exists.
     with (
