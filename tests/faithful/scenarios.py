@@ -27,7 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from minibroker.protocol.versions import API_NAMES
 from tests.faithful.backends import Backend, wait_until
-from tests.integration.test_minibroker_protocol import Wire
+from tests.integration.test_minibroker_protocol import Wire, answer_times, long_poll
 
 __all__ = ["Outcome", "api_versions"]
 
@@ -511,32 +511,8 @@ def requests_in_turn(backend: Backend) -> Outcome:
     wait_until(lambda: leader_of(backend, topic) == 1, 30, "the topic's leader")
     wire = Wire(backend.address(1))
     try:
-        fetch = wire.encode(
-            1,
-            12,
-            {
-                "max_wait": 500,
-                "min_bytes": 1_000_000,  # more than there is: waits the whole max_wait
-                "max_bytes": 1_000_000,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 10_000}
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-            },
-        )
-        began = time.monotonic()
-        wire.send_frame(fetch)
-        wire.send_frame(fetch)
-        answered = []
-        for _ in range(2):
-            assert wire.read_frame() is not None, "the broker closed the connection"
-            answered.append(time.monotonic() - began)
+        fetch = long_poll(wire, topic, 0, 500)
+        answered = answer_times(wire, [fetch, fetch])
     finally:
         wire.close()
     return Outcome(

@@ -142,6 +142,40 @@ def produce(wire: Wire, topic: str, partition: int, records: bytes, acks: int = 
     return response.responses[0].partition_responses[0]
 
 
+def long_poll(wire: Wire, topic: str, partition: int, max_wait_ms: int) -> bytes:
+    """A Fetch v12 request that waits its whole ``max_wait_ms``: it asks for more than there is."""
+    return wire.encode(
+        1,
+        12,
+        {
+            "max_wait": max_wait_ms,
+            "min_bytes": 1_000_000,
+            "max_bytes": 1_000_000,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": partition, "fetch_offset": 0, "partition_max_bytes": 10_000}
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+        },
+    )
+
+
+def answer_times(wire: Wire, requests: list[bytes]) -> list[float]:
+    """Send ``requests`` back to back; the seconds from then to each response."""
+    began = time.monotonic()
+    wire.sock.sendall(b"".join(LEN.pack(len(r)) + r for r in requests))
+    answered = []
+    for _ in requests:
+        assert wire.read_frame() is not None, "the broker closed the connection"
+        answered.append(time.monotonic() - began)
+    return answered
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     config = {"socket.request.max.bytes": "100000", "message.max.bytes": "2000"}
@@ -265,25 +299,7 @@ def test_requests_before_a_bad_frame_are_answered_then_the_connection_closes(
     # Fetch long poll pipelined before a bad frame is still answered, at its max_wait.
     wire = leader_wire(cluster, "wire", 1)
     try:
-        fetch = wire.encode(
-            1,
-            12,
-            {
-                "max_wait": 300,
-                "min_bytes": 1_000_000,  # more than there is: waits the whole max_wait
-                "max_bytes": 1_000_000,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "topic": "wire",
-                        "partitions": [
-                            {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 10_000}
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-            },
-        )
+        fetch = long_poll(wire, "wire", 1, 300)
         wire.sock.sendall(LEN.pack(len(fetch)) + fetch + LEN.pack(2) + b"\x00\x03")
         frame = wire.read_frame()
         assert frame is not None, "the Fetch before the bad frame was not answered"
@@ -302,31 +318,8 @@ def test_a_connection_is_served_one_request_at_a_time(cluster: Cluster) -> None:
     # ISR alike) starts only then, and so waits both times in turn, whatever its partition.
     wire = leader_wire(cluster, "wire", 1)
     try:
-        fetch = wire.encode(
-            1,
-            12,
-            {
-                "max_wait": 300,
-                "min_bytes": 1_000_000,  # more than there is: waits the whole max_wait
-                "max_bytes": 1_000_000,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "topic": "wire",
-                        "partitions": [
-                            {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 10_000}
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-            },
-        )
-        started = time.monotonic()
-        wire.sock.sendall((LEN.pack(len(fetch)) + fetch) * 2)
-        answered = []
-        for _ in range(2):
-            assert wire.read_frame() is not None
-            answered.append(time.monotonic() - started)
+        fetch = long_poll(wire, "wire", 1, 300)
+        answered = answer_times(wire, [fetch, fetch])
         assert answered[0] >= 0.25, answered
         assert answered[1] - answered[0] >= 0.25, f"served side by side: {answered}"
     finally:
