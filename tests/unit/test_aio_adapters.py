@@ -27,6 +27,7 @@ from failover_partitioner.aio._client import (
 )
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.aio._metadata import (
+    AioMetadataSource,
     check_min_isr_option,
     parse_min_isr,
     parse_partitions,
@@ -209,6 +210,49 @@ def test_unknown_topic_is_reported_as_not_existing() -> None:
     answer = parse_partitions(_metadata([(3, "t", False, [])]), "t")
     assert not answer.exists
     assert answer.partitions == ()
+
+
+class _Brokers:
+    """An AIOKafkaClient stand-in: brokers in ``hung`` never answer, the others at once."""
+
+    def __init__(self, ids: list[int], hung: set[int], answer: Any) -> None:
+        self._ids, self._hung, self._answer = ids, hung, answer
+        self.groups: list[Any] = []
+
+    @property
+    def cluster(self) -> Any:
+        return self
+
+    def brokers(self) -> list[Any]:
+        return [type("Broker", (), {"nodeId": i})() for i in self._ids]
+
+    async def send(self, node_id: int, request: Any, *, group: Any) -> Any:
+        self.groups.append(group)
+        if node_id in self._hung:
+            await asyncio.Event().wait()
+        return self._answer
+
+
+def test_metadata_is_asked_on_connections_of_its_own_and_a_hung_broker_takes_a_share() -> None:
+    from aiokafka.client import ConnectionGroup  # type: ignore[import-untyped,unused-ignore]
+
+    answer = _metadata([(0, "t", False, [(0, 1, 1, [1], [1], [])])])
+    client = _Brokers([1, 2, 3], hung={1, 2}, answer=answer)
+    source = AioMetadataSource(client)
+
+    async def ask() -> tuple[Any, float]:
+        began = asyncio.get_running_loop().time()
+        got = await source.partitions("t", 0.6)
+        return got, asyncio.get_running_loop().time() - began
+
+    for _ in range(6):  # the brokers are asked in a random order
+        got, took_s = asyncio.run(ask())
+        assert got.exists
+        assert took_s < 0.5  # each hung broker had a third, then a half, of what was left
+    assert set(client.groups) == {ConnectionGroup.COORDINATION}
+    everyone_hung = AioMetadataSource(_Brokers([1, 2], hung={1, 2}, answer=answer))
+    with pytest.raises(MetadataUnavailable, match=r"no broker answered within 0\.2 s"):
+        asyncio.run(everyone_hung.partitions("t", 0.2))
 
 
 @pytest.mark.parametrize("topics", [[(5, "t", False, [])], [(0, "x", False, [])]])

@@ -54,7 +54,7 @@ class ClientLike(Protocol):
     @property
     def cluster(self) -> Any: ...
 
-    async def send(self, node_id: Any, request: Any) -> Any: ...
+    async def send(self, node_id: Any, request: Any, *, group: Any) -> Any: ...
 
 
 def parse_partitions(response: Any, topic: str) -> PartitionsAnswer:
@@ -131,26 +131,46 @@ def refused(response: Any) -> bool:
 
 
 class AioMetadataSource:
-    """Partitions and min.insync.replicas of a topic, asked over ``client``."""
+    """Partitions and min.insync.replicas of a topic, asked over ``client``.
+
+    The requests go over connections of their own (aiokafka's coordination group, which a
+    producer does not otherwise use), not the ones the produce requests take: a broker reads a
+    connection's next request only once it has answered the one before, and it holds a produce
+    request with an acks=all write it cannot complete (a follower hung, still in the ISR) up to
+    ``request_timeout_ms``, so a Metadata request behind it would wait as long, just when the
+    view matters. Each broker asked gets an equal share of the time left, so a hung one (a
+    paused process still accepts connections) does not take all of it.
+    """
 
     def __init__(self, client: ClientLike) -> None:
+        from aiokafka.client import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
+            ConnectionGroup,
+        )
+
         self._client = client
+        self._group = ConnectionGroup.COORDINATION
 
     def _nodes(self) -> list[Any]:
         nodes = [b.nodeId for b in self._client.cluster.brokers()]
         random.shuffle(nodes)
         return nodes
 
+    async def _send(self, node: Any, request: Any, timeout_s: float) -> Any:
+        return await asyncio.wait_for(
+            self._client.send(node, request, group=self._group), timeout_s
+        )
+
     async def _ask(self, request: Any, timeout_s: float) -> Any:
         """Send ``request`` to one broker after another until one answers within the time."""
         deadline = time.monotonic() + timeout_s
         last: BaseException | None = None
-        for node in self._nodes():
+        nodes = self._nodes()
+        for left, node in zip(range(len(nodes), 0, -1), nodes, strict=True):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             try:
-                return await asyncio.wait_for(self._client.send(node, request), remaining)
+                return await self._send(node, request, remaining / left)
             except (OSError, asyncio.TimeoutError) as exc:
                 last = exc
             except Exception as exc:  # aiokafka's connection errors: try the next broker
@@ -179,8 +199,7 @@ class AioMetadataSource:
         # broker's configs are asked of that broker (it needs DESCRIBE_CONFIGS on the cluster).
         node = self._nodes()[0]
         request = DescribeConfigsRequest([(_BROKER_RESOURCE, str(node), ["min.insync.replicas"])])
-        remaining = max(0.05, deadline - time.monotonic())
-        response = await asyncio.wait_for(self._client.send(node, request), remaining)
+        response = await self._send(node, request, max(0.05, deadline - time.monotonic()))
         return parse_min_isr(response, str(node))
 
 
