@@ -129,7 +129,7 @@ class Connection(asyncio.Protocol):
         self._peer = "?"
         self.peer_host = ""
         self._refused = False
-        self._reading = False  # inside _serve_buffer (a response sent meanwhile resumes it)
+        self._serving = False  # inside _serve_buffer, whose loop goes on by itself
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -199,9 +199,9 @@ class Connection(asyncio.Protocol):
         write waiting for the ISR, a Fetch long poll) so holds every request behind it on the
         connection, whatever its partition; reading pauses meanwhile, and the client's writes
         wait in the socket's buffers."""
-        if self._reading:
-            return  # a response sent while serving: the loop below goes on
-        self._reading = True
+        if self._serving:
+            return
+        self._serving = True
         buffer = self._buffer
         position = 0
         limit = self.broker.cluster.socket_request_max_bytes
@@ -228,7 +228,7 @@ class Connection(asyncio.Protocol):
                 position = end
                 self._dispatch(frame)
         finally:
-            self._reading = False
+            self._serving = False
         if self.closed or self._refused:
             return
         if position:
@@ -309,8 +309,10 @@ class Connection(asyncio.Protocol):
         if ready:
             self._transport.writelines(ready)
         self._close_when_answered()
-        if not slots and not self.closed and not self._refused:
-            self._serve_buffer()  # answered: the next request may be read
+        if not slots and not self._serving and not self.closed and not self._refused:
+            # Answered: the next request may be read, from the loop (not inside the handler
+            # that answered, which may be in the middle of changing a partition's state).
+            asyncio.get_running_loop().call_soon(self._serve_buffer)
 
 
 class BrokerRuntime:
