@@ -379,9 +379,19 @@ def _error_of(future: Any) -> int:
 
 
 def _config(admin: AdminClient, topic: str, name: str) -> tuple[str, str]:
+    """A topic config's value and source. A broker learns a new topic from the metadata log a
+    moment after its leaders show: until then it answers UNKNOWN_TOPIC_OR_PART, asked again."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entry = admin.describe_configs([resource])[resource].result(timeout=30)[name]
-    return str(entry.value), ConfigSource(entry.source).name
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            entry = admin.describe_configs([resource])[resource].result(timeout=30)[name]
+            return str(entry.value), ConfigSource(entry.source).name
+        except KafkaException as exc:
+            unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def admin_requests(backend: Backend) -> Outcome:
