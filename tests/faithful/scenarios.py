@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in the stub
@@ -32,6 +32,7 @@ from tests.integration.test_minibroker_protocol import Wire, answer_times, long_
 __all__ = ["Outcome", "api_versions"]
 
 NO_ERROR = 0
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,20 +123,29 @@ _RETRIABLE_LIST_OFFSETS = frozenset(
 )
 
 
+def _asked_again(
+    call: Callable[[], _T], again: Callable[[KafkaError], bool], timeout_s: float
+) -> _T:
+    """``call()``, made again every 0.1 s while it raises an error ``again`` accepts."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if not again(exc.args[0]) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _ends(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
     """ListOffsets earliest and latest, retried while the answer is retriable: a new leader
     answers OFFSET_NOT_AVAILABLE until its high watermark reaches its epoch's start."""
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            return int(low), int(high)
-        except KafkaException as exc:
-            error = exc.args[0]
-            retriable = error.retriable() or error.code() in _RETRIABLE_LIST_OFFSETS
-            if not retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    low, high = _asked_again(
+        lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10),
+        lambda error: error.retriable() or error.code() in _RETRIABLE_LIST_OFFSETS,
+        15,
+    )
+    return int(low), int(high)
 
 
 def watermarks(backend: Backend, topic: str, partition: int = 0) -> tuple[int, int]:
@@ -382,16 +392,12 @@ def _config(admin: AdminClient, topic: str, name: str) -> tuple[str, str]:
     """A topic config's value and source. A broker learns a new topic from the metadata log a
     moment after its leaders show: until then it answers UNKNOWN_TOPIC_OR_PART, asked again."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            entry = admin.describe_configs([resource])[resource].result(timeout=30)[name]
-            return str(entry.value), ConfigSource(entry.source).name
-        except KafkaException as exc:
-            unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-            if not unknown or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    entry = _asked_again(
+        lambda: admin.describe_configs([resource])[resource].result(timeout=30)[name],
+        lambda error: error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART,
+        30,
+    )
+    return str(entry.value), ConfigSource(entry.source).name
 
 
 def admin_requests(backend: Backend) -> Outcome:

@@ -165,12 +165,12 @@ class AioMetadataSource:
         deadline = time.monotonic() + timeout_s
         last: BaseException | None = None
         nodes = self._nodes()
-        for left, node in zip(range(len(nodes), 0, -1), nodes, strict=True):
+        for asked, node in enumerate(nodes):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             try:
-                return await self._send(node, request, remaining / left)
+                return await self._send(node, request, remaining / (len(nodes) - asked))
             except (OSError, asyncio.TimeoutError) as exc:
                 last = exc
             except Exception as exc:  # aiokafka's connection errors: try the next broker
