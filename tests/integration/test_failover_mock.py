@@ -205,6 +205,26 @@ def test_a_callback_of_bytes_messages_gets_reports_read_from_the_clients(
     assert any(r.attempts() > 1 for _, r in kept), "some went to the refusing broker first"
 
 
+def test_poll_zero_after_each_produce_serves_every_callback_without_a_flush(
+    mock: MockCluster,
+) -> None:
+    """``poll(0)`` called in a tight loop serves the clients at most every POLL_GAP_S: every
+    report still comes through poll(0) alone."""
+    p = mock_producer(mock, ready=TOPIC)
+    got: list[Any] = []
+    try:
+        for i in range(2_000):
+            p.produce(TOPIC, b"%d" % i, on_delivery=lambda err, r: got.append(err))
+            p.poll(0)
+        deadline = time.monotonic() + 15
+        while len(got) < 2_000 and time.monotonic() < deadline:
+            p.poll(0)
+        assert got == [None] * 2_000
+        assert len(p) == 0
+    finally:
+        p.close(10)
+
+
 def test_after_append_failures_are_counted_as_possible_duplicates(mock: MockCluster) -> None:
     """Error 20 means the data may be in the log: re-producing it may duplicate, and is counted;
     the message id header is the same on every attempt so consumers can drop the copy."""

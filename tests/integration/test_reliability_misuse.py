@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from failover_partitioner import ConfigError, FailoverProducer, ProducerClosed
+from failover_partitioner import ConfigError, FailoverError, FailoverProducer, ProducerClosed
 from failover_partitioner.aio import AsyncFailoverProducer
 from minibroker import Cluster
 
@@ -122,6 +122,42 @@ def test_a_closed_producer_refuses_every_other_call(cluster: Cluster, call: Any)
     with pytest.raises(ProducerClosed):
         call(p)
     assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("quiet", [True, False], ids=["without a default callback", "with one"])
+def test_poll_and_flush_from_inside_a_delivery_callback_are_refused(
+    cluster: Cluster, quiet: bool
+) -> None:
+    """confluent-kafka cannot re-enter its client from a callback it serves: the producer says
+    so, also on poll(0)'s short path (nothing due, no wait), and the message is delivered."""
+    refused: list[str] = []
+
+    def reenter(err: Any, report: Any) -> None:
+        calls: list[Callable[[], int]] = [
+            lambda: p.poll(0),
+            lambda: p.poll(0.01),
+            lambda: p.flush(0),
+        ]
+        for call in calls:
+            try:
+                call()
+            except FailoverError as exc:
+                refused.append(str(exc))
+
+    conf: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap_servers}
+    if not quiet:
+        conf["on_delivery"] = lambda err, report: None
+    p = FailoverProducer(conf)
+    try:
+        p.health(TOPIC, timeout=10)
+        p.poll(0)  # (the short path, outside a callback: served)
+        p.produce(TOPIC, b"m", on_delivery=reenter)
+        assert p.flush(10) == 0
+        assert p.statistics().delivered == 1
+    finally:
+        p.close(10)
+    assert [m.split("(")[0] for m in refused] == ["poll", "poll", "flush"], refused
+    assert all("inside a delivery callback" in m for m in refused)
 
 
 def test_close_with_a_bad_timeout_refuses_it_and_stays_open(cluster: Cluster) -> None:

@@ -26,7 +26,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -57,6 +57,7 @@ class Clients(ProducerState):
                 },
             )
             solo = self._solo_client = confluent_kafka.Producer(conf)
+            self._polled = (*self._polled, solo)
             logger.warning(
                 "%s: a broker refused a whole batch (too large, or a bad record in it); its "
                 "records are sent again one by one. If this repeats, set batch.size below the "
@@ -85,9 +86,9 @@ class Clients(ProducerState):
                 f"{exc}: the cluster refused the credentials ({self._auth_error})"
             ) from exc
 
-    def _others(self) -> list[Any]:
+    def _others(self) -> tuple[Any, ...]:
         """The clients beside the main one that exist: the quiet one, the solo one."""
-        return [c for c in (self._quiet_client, self._solo_client) if c is not None]
+        return self._polled[1:]
 
     def _client_len(self) -> int:
         """Messages the clients hold (queued, in flight, or reports not yet served), at most."""
@@ -99,11 +100,11 @@ class Clients(ProducerState):
         return held if solo is None else held + len(solo)
 
     def _in_callback(self) -> bool:
-        return bool(getattr(self._local, "depth", 0))
+        return self._local.depth > 0
 
     def _clients_busy_first(self) -> list[Any]:
         """Every client, the first one holding something first: a wait blocks on it."""
-        return sorted([self._client, *self._others()], key=lambda c: not len(c))  # stable
+        return sorted(self._polled, key=lambda c: not len(c))  # stable
 
     def _poll_client(self, timeout: float) -> int:
         """Serve the clients' callbacks, waiting up to ``timeout`` on the busiest one."""
@@ -117,11 +118,14 @@ class Clients(ProducerState):
         """``poll`` or ``flush`` (``call``) every client, waiting up to ``timeout`` on the
         first one holding something, SIGINT and SIGTERM held meanwhile (the module doc)."""
         local = self._local
-        local.depth = getattr(local, "depth", 0) + 1
+        local.depth += 1
         held = _hold_signals() if timeout > 0 else None
         try:
-            first, *others = self._clients_busy_first()
-            n = int(getattr(first, call)(timeout))
+            others: Sequence[Any] = self._polled  # no wait: the order does not matter
+            n = 0
+            if timeout > 0:
+                first, *others = self._clients_busy_first()
+                n = int(getattr(first, call)(timeout))
             for other in others:
                 n += int(getattr(other, call)(0))
             return n

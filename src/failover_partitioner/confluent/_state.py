@@ -20,6 +20,13 @@ from failover_partitioner.metrics import ProducerMetrics
 from retry_buffer import Entry, RetryBuffer
 
 
+class CallDepth(threading.local):
+    """How deep this thread is in the producer's calls into its clients (``depth``, 0 outside
+    them): above 0, a callback runs, and poll/flush must not be called again."""
+
+    depth = 0
+
+
 class ProducerState:
     """What a :class:`FailoverProducer` holds, set up in its ``__init__`` and shared by its parts.
 
@@ -63,6 +70,8 @@ class ProducerState:
     _client_conf: dict[str, Any]
     _solo_client: Any
     _quiet_client: Any
+    # Every client that exists, the main one first (the quiet one, then the solo one, after it).
+    _polled: tuple[Any, ...]
     _quiet: Any
     _queue_cap: int
     _auth_error: str | None
@@ -73,7 +82,7 @@ class ProducerState:
     _produce_batch_raw: Any
     _produce_reported: Any
     _produce_batch_reported: Any
-    _local: threading.local
+    _local: CallDepth
     # The paths (FailoverProducer._setup_paths): see its comments.
     _batch_step: int
     _plain: bool

@@ -124,6 +124,7 @@ from failover_partitioner.confluent._shared import (
     _report_for,
     _weakly,
 )
+from failover_partitioner.confluent._state import CallDepth
 from failover_partitioner.core import FailoverCore, ProducerStatistics
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
 from failover_partitioner.errors import ConfigError, MetadataUnavailable, ProducerClosed, classify
@@ -139,6 +140,10 @@ if TYPE_CHECKING:
 __all__ = ["DeadLetterHook", "DeliveryCallback", "FailoverProducer", "ProducerStatistics"]
 
 logger = logging.getLogger(__name__)
+
+# poll(0) serves the clients at most this often (see FailoverProducer.poll).
+POLL_GAP_S = 0.0002
+_monotonic = time.monotonic
 
 
 class FailoverProducer(Batching):
@@ -259,6 +264,7 @@ class FailoverProducer(Batching):
                         },
                     )
                 )
+            self._polled = (self._client,) if self._quiet is None else (self._client, self._quiet)
         except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
             raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
 
@@ -317,7 +323,8 @@ class FailoverProducer(Batching):
         self._choosers = self._core.choosers  # the fast paths' lookup
         self._topics_lock = threading.Lock()
         self._watched: set[str] = set()
-        self._local = threading.local()
+        self._local = CallDepth()
+        self._next_poll = 0.0  # poll(0) serves the clients from then on (see poll)
         self._closed = False
         self._unsure = 0  # what the clients still held, unreported, at close()
         self._undelivered: list[UndeliveredMessage] | None = None
@@ -360,8 +367,22 @@ class FailoverProducer(Batching):
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery callbacks for up to ``timeout`` seconds and re-produce failures.
 
-        Returns the number of events served, like confluent-kafka's ``poll``.
+        Returns the number of events served, like confluent-kafka's ``poll``. ``poll(0)``
+        called again within ``POLL_GAP_S`` (0.2 ms) of the one before, with nothing to retry,
+        serves nothing and returns 0: the reports it would have served are served by the
+        next call after that (or by any waiting ``poll``/``flush``).
         """
+        if timeout == 0 and not (self._attention or self._closed or self._local.depth):
+            # Nothing due and no wait: the call many applications make after each produce().
+            # Serving the clients costs a raw client's poll per client, about 1 us in all;
+            # made at most every POLL_GAP_S, it costs well under 1 % of the time whatever
+            # the rate, and a report waits at most that much longer (librdkafka's own linger,
+            # 5 ms by default, and a broker's round trip are far longer).
+            now = _monotonic()
+            if now < self._next_poll:
+                return 0
+            self._next_poll = now + POLL_GAP_S
+            return self._serve("poll", 0)
         self._check_not_in_callback("poll")
         if self._closed:
             raise ProducerClosed("poll() after close()")
