@@ -264,7 +264,8 @@ class FailoverProducer(Batching):
                         },
                     )
                 )
-            self._polled = (self._client,) if self._quiet is None else (self._client, self._quiet)
+            quiet = self._quiet_client
+            self._polled = (self._client,) if quiet is None else (self._client, quiet)
         except confluent_kafka.KafkaException as exc:  # e.g. a misspelt property name
             raise ConfigError(f"the client refused conf: {_refusal_text(exc)}") from None
 
