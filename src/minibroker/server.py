@@ -198,9 +198,8 @@ class Connection(asyncio.Protocol):
         out (or at once when there is none: acks=0). A request a broker holds (an acks=all
         write waiting for the ISR, a Fetch long poll) so holds every request behind it on the
         connection, whatever its partition; reading pauses meanwhile, and the client's writes
-        wait in the socket's buffers."""
-        if self._serving:
-            return
+        wait in the socket's buffers. Never re-entered: a response sent while it serves only
+        lets its loop go on (``_flush``), and the loop calls it from the top."""
         self._serving = True
         buffer = self._buffer
         position = 0

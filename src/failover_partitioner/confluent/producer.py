@@ -143,7 +143,6 @@ logger = logging.getLogger(__name__)
 
 # poll(0) serves the clients at most this often (see FailoverProducer.poll).
 POLL_GAP_S = 0.0002
-_monotonic = time.monotonic
 
 
 class FailoverProducer(Batching):
@@ -379,7 +378,7 @@ class FailoverProducer(Batching):
             # made at most every POLL_GAP_S, it costs well under 1 % of the time whatever
             # the rate, and a report waits at most that much longer (librdkafka's own linger,
             # 5 ms by default, and a broker's round trip are far longer).
-            now = _monotonic()
+            now = time.monotonic()
             if now < self._next_poll:
                 return 0
             self._next_poll = now + POLL_GAP_S
