@@ -10,9 +10,12 @@ minibroker:
 * ``produce_batch`` >= 1.0x the raw Producer's per-message loop;
 * while two of five brokers are stopped (some partitions under min ISR), >= 0.95x of its own
   rate on a healthy cluster (the two clusters measured alternately, after the transition);
-  measured with the default strategy (``sticky``) and with ``round_robin``, beside what
-  one-partition-per-message round robin costs a raw Producer on the healthy cluster (the
-  figure's note).
+  measured with the default strategy (``sticky``) and with ``round_robin``. Beside each, in
+  the figure's note, a raw Producer placing keyless messages as the producer does (left to
+  the client while the topic is whole, over the usable partitions while not), on the same
+  two clusters in the same rounds: what the fault costs the cluster and the client alone;
+  and for ``round_robin``, what one partition per message costs a raw Producer on the
+  healthy cluster.
 
 Issue 6's earlier targets, kept where issue 20 sets none:
 
@@ -33,13 +36,17 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Producer
 
 from failover_partitioner import FailoverProducer, PartitionMetadata, TopicMetadata, TopicView
-from failover_partitioner.choose import ChoiceOptions, PartitionChooser
+from failover_partitioner.choose import (
+    STICKY_MESSAGES_DEFAULT,
+    ChoiceOptions,
+    PartitionChooser,
+)
 from failover_partitioner.testing import MockCluster
 from harness import (
     FAULT_CONFIG,
@@ -428,8 +435,20 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
             TOPIC,
             PARTITIONS,
             repeat,
+            # The raw client placing as this producer does: what the fault costs without it.
+            None if keyed else functools.partial(_raw_as_placed, n=n, strategy=strategy),
         )
         note = f"first run after the stop (transition included): {runs.transition}; {runs.spread()}"
+        if not keyed:
+            note += (
+                "; a raw Producer placing keyless messages as this one does (left to the "
+                "client while whole, over the usable partitions while not), same rounds: "
+                f"{runs.reference_ratio():.2f}x of its healthy rate "
+                f"({per_round(runs.reference_faulty, runs.reference_healthy)}); this producer "
+                "on the faulty cluster vs that raw Producer there: "
+                f"{statistics.median(runs.faulty) / statistics.median(runs.reference_faulty):.2f}x"
+                f" ({per_round(runs.faulty, runs.reference_faulty)})"
+            )
         if keyed:
             note += (
                 "; 1,000 keys in turn, a per-message callback in both runs; the keys of the "
@@ -460,38 +479,61 @@ def _faulty_rate(bootstrap: str, *, n: int, strategy: str, keyed: bool) -> float
     return _failover_rate(bootstrap, n, keyed, keyed=keyed, strategy=strategy)[0]
 
 
+def _raw_placed_rate(bootstrap: str, n: int, order: Sequence[int] | None) -> float:
+    """A raw Producer's rate giving message ``i`` the partition ``order[i % len(order)]``
+    (``_drive``'s loop with the partition given, no frame between); ``order`` None: none
+    given (``_raw_rate``: the client's sticky partitioner places them)."""
+    if order is None:
+        return _raw_rate(bootstrap, n, False)[0]
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0, "on_delivery": _noop}
+    )
+    p.list_topics(TOPIC, timeout=10)
+    raw, poll, parts, size = p.produce, p.poll, tuple(order), len(order)
+
+    def run() -> None:
+        for i in range(n):
+            while True:
+                try:
+                    raw(TOPIC, VALUE, None, parts[i % size])
+                    break
+                except BufferError:
+                    poll(0.005)
+            if i % 1000 == 0:
+                poll(0)
+
+    return _timed(n, run, p.flush, "raw producer")[0]
+
+
+def _raw_as_placed(bootstrap: str, *, n: int, strategy: str) -> float:
+    """A raw Producer placing keyless messages as FailoverProducer does with ``strategy``:
+    left to the client while every partition has its min ISR (2), else over the partitions
+    that have it, ``sticky_messages`` to each in turn (sticky) or one each (round robin).
+    The fault figures' reference: what the fault costs the cluster and the client alone."""
+    probe = Producer({"bootstrap.servers": bootstrap, "log_level": 0})
+    partitions = probe.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+    usable = sorted(p for p, md in partitions.items() if md.leader >= 0 and len(md.isrs) >= 2)
+    order: list[int] | None = None
+    if len(usable) < PARTITIONS:
+        repeat = STICKY_MESSAGES_DEFAULT if strategy == "sticky" else 1
+        order = [p for p in usable for _ in range(repeat)]
+    return _raw_placed_rate(bootstrap, n, order)
+
+
 def _raw_round_robin_ratio(bootstrap: str, n: int, repeat: int) -> float:
     """A raw Producer giving each message the next partition in turn, against one leaving
     keyless messages to librdkafka (sticky), each made for its round as ``_raw_rate``'s is,
     medians of alternated rounds: what round robin itself costs, the fault figure's reading
     aid (on minibroker, mostly the broker's work per batch: each partition's batches are
     smaller)."""
-
-    def in_turn() -> float:
-        p = Producer(
-            {"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0, "on_delivery": _noop}
-        )
-        p.list_topics(TOPIC, timeout=10)
-        raw, poll = p.produce, p.poll
-
-        def run() -> None:  # _drive's loop, with the partition given (no frame between)
-            for i in range(n):
-                while True:
-                    try:
-                        raw(TOPIC, VALUE, None, i % PARTITIONS)
-                        break
-                    except BufferError:
-                        poll(0.005)
-                if i % 1000 == 0:
-                    poll(0)
-
-        return _timed(n, run, p.flush, "raw producer")[0]
-
-    sticky, rotated = [], []
-    for _ in range(repeat):
-        sticky.append(_raw_rate(bootstrap, n, False)[0])
-        rotated.append(in_turn())
-    return statistics.median(rotated) / statistics.median(sticky)
+    runs = alternated(
+        repeat,
+        {
+            "sticky": lambda: _raw_placed_rate(bootstrap, n, None),
+            "in turn": lambda: _raw_placed_rate(bootstrap, n, range(PARTITIONS)),
+        },
+    )
+    return statistics.median(runs["in turn"]) / statistics.median(runs["sticky"])
 
 
 # One-at-a-time produce() against the raw Producer: (name, per-message callback, options, target).

@@ -11,7 +11,7 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from failover_partitioner.errors import ProduceTimeout
@@ -128,10 +128,17 @@ class FaultRuns:
     transition: str  # the first run after the stop, or what stopped it
     healthy: list[float]
     faulty: list[float]
+    # The reference's rates (``runs_under_fault``'s ``reference``), the same rounds; else empty.
+    reference_healthy: list[float] = field(default_factory=list)
+    reference_faulty: list[float] = field(default_factory=list)
 
     def spread(self) -> str:
         """:func:`per_round` of the faulty runs against the healthy ones."""
         return per_round(self.faulty, self.healthy)
+
+    def reference_ratio(self) -> float:
+        """The reference's median faulty rate over its median healthy rate."""
+        return statistics.median(self.reference_faulty) / statistics.median(self.reference_healthy)
 
 
 _T = TypeVar("_T")
@@ -159,12 +166,18 @@ def per_round(values: Sequence[float], references: Sequence[float]) -> str:
 
 
 def runs_under_fault(
-    rate: Callable[[str], float], topic: str, partitions: int, repeat: int
+    rate: Callable[[str], float],
+    topic: str,
+    partitions: int,
+    repeat: int,
+    reference: Callable[[str], float] | None = None,
 ) -> FaultRuns:
     """``rate(bootstrap)`` on two 5-broker clusters (RF 3, min ISR 2), each in a process of its
     own, after brokers 4 and 5 of one are stopped: first once right after the stop (the
     transition: failures, quarantines, elections), then ``repeat`` rounds alternating the two
-    clusters, so that load from elsewhere on the machine falls on both."""
+    clusters, so that load from elsewhere on the machine falls on both. ``reference``: a rate
+    measured in the same rounds after ``rate`` (e.g. a raw client doing the same), so that
+    what the fault costs the cluster and the client shows beside what it costs ``rate``."""
     with (
         MinibrokerProcess(5, FAULT_CONFIG) as healthy,
         MinibrokerProcess(5, FAULT_CONFIG) as faulty,
@@ -186,4 +199,7 @@ def runs_under_fault(
         for _ in range(repeat):
             runs.healthy.append(rate(healthy.bootstrap_servers))
             runs.faulty.append(rate(faulty.bootstrap_servers))
+            if reference is not None:
+                runs.reference_healthy.append(reference(healthy.bootstrap_servers))
+                runs.reference_faulty.append(reference(faulty.bootstrap_servers))
     return runs
