@@ -7,6 +7,7 @@ future, or in the list ``stop()`` returns.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -211,6 +212,34 @@ def test_stop_hands_back_what_could_not_be_delivered(outage: Cluster) -> None:
             await ap.send("o", b"late")
 
     asyncio.run(run())
+
+
+def test_leaving_an_async_with_block_gives_what_is_left_to_the_dead_letter_hook(
+    outage: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody can take stop()'s list when an async with block ends (stop(hand_back=False)):
+    the dead-letter hook gets each message left, with its future's ProducerClosed."""
+    # stop()'s 30 s flush, shortened: the partitions have no leader meanwhile.
+    monkeypatch.setattr(
+        AsyncFailoverProducer, "stop", functools.partialmethod(AsyncFailoverProducer.stop, 0.3)
+    )
+    dead: list[tuple[bytes, type[BaseException]]] = []
+
+    async def run() -> list[asyncio.Future[Any]]:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=outage.bootstrap_servers,
+            dead_letter=lambda m, exc: dead.append((m.value, type(exc))),
+        ) as ap:
+            futures = [await ap.send("o", b"%d" % i) for i in range(3)]
+        assert await ap.stop() == []  # already stopped: nothing handed back
+        assert ap.statistics().returned_on_close == 3
+        return futures
+
+    futures = asyncio.run(run())
+    assert sorted(dead) == [(b"%d" % i, ProducerClosed) for i in range(3)]
+    for f in futures:
+        with pytest.raises(ProducerClosed):
+            f.result()
 
 
 def test_cancelling_the_wait_does_not_cancel_the_delivery(healthy: Cluster) -> None:

@@ -9,6 +9,7 @@ of delivery error is handled.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -445,6 +446,46 @@ def test_close_hands_back_what_could_not_be_delivered(mock: MockCluster) -> None
     assert p.close() == left  # idempotent
     with pytest.raises(Exception, match="after close"):
         p.produce(TOPIC, b"late")
+
+
+@pytest.mark.parametrize("hook", [True, False], ids=["dead-letter-hook", "no-hook"])
+def test_leaving_a_with_block_fails_each_undelivered_message_finally(
+    mock: MockCluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, hook: bool
+) -> None:
+    """Nobody can take close()'s list when a with block ends: each message left is reported
+    as a final failure instead (close(hand_back=False)). Its callback gets _PURGE_QUEUE, the
+    dead-letter hook the message; those with neither are counted in one ERROR line, not one
+    each; all count as ended at close."""
+    # close()'s 30 s flush, shortened: the brokers stay down.
+    monkeypatch.setattr(
+        FailoverProducer, "close", functools.partialmethod(FailoverProducer.close, 0.3)
+    )
+    outcomes: dict[bytes, list[int | None]] = {}
+    dead: list[bytes] = []
+
+    def cb(err: Any, report: Any) -> None:
+        outcomes.setdefault(report.value(), []).append(None if err is None else err.code())
+
+    options: dict[str, Any] = {"dead_letter": lambda m, e: dead.append(m.value)} if hook else {}
+    with producer(mock, ready=TOPIC, **options) as p:
+        for b in range(1, 4):
+            mock.broker_down(b)
+        for i in range(20):
+            p.produce(
+                TOPIC,
+                b"m%d" % i,
+                headers=[("h", b"x")] if i < 4 else None,
+                on_delivery=cb if i % 2 == 0 else None,
+            )
+    assert outcomes == {b"m%d" % i: [KafkaError._PURGE_QUEUE] for i in range(0, 20, 2)}
+    assert sorted(dead) == (sorted(b"m%d" % i for i in range(20)) if hook else [])
+    assert p.close() == []  # already closed: nothing handed back
+    stats = p.statistics()
+    assert (stats.final_failures, stats.returned_on_close, stats.in_flight) == (0, 20, 0)
+    unheard = [r for r in caplog.records if "neither a callback" in r.getMessage()]
+    assert len(unheard) == (0 if hook else 1)
+    if not hook:  # the ten without a callback
+        assert "10 undelivered" in unheard[0].getMessage()
 
 
 def test_metrics_are_served_over_http(mock: MockCluster) -> None:

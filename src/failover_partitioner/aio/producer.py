@@ -251,7 +251,7 @@ class AsyncFailoverProducer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        await self.stop(hand_back=False)  # nobody takes the list: the dead-letter hook does
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if getattr(self, "_state", _CLOSED) in (_RUNNING, _CLOSING):
@@ -493,12 +493,18 @@ class AsyncFailoverProducer:
         await self._buffer.wait_idle(timeout)
         return self._buffer.in_flight
 
-    async def stop(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
+    async def stop(
+        self, timeout: float | None = 30.0, *, hand_back: bool = True
+    ) -> list[UndeliveredMessage]:
         """Flush for up to ``timeout`` seconds, stop, and return every undelivered message.
 
         Their futures raise :class:`ProducerClosed`; the returned list is their outcome.
         ``possibly_delivered`` marks messages that may have been written anyway (still in
         flight at stop, or an ambiguous failure). Calling ``stop`` again returns the same list.
+
+        ``hand_back=False`` (what leaving an ``async with`` block does, where nobody could
+        take the list): the ``dead_letter`` hook gets each of them, with the
+        :class:`ProducerClosed` of its future, as for a final failure, and the list is empty.
         """
         if timeout is not None:
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
@@ -511,7 +517,7 @@ class AsyncFailoverProducer:
         if self._stopping is None:
             self._state = _CLOSING
             assert self._loop is not None
-            self._stopping = self._loop.create_task(self._stop(timeout))
+            self._stopping = self._loop.create_task(self._stop(timeout, hand_back))
         # Shielded: if the caller is cancelled, stopping still finishes and nothing is lost
         # silently (the list is kept for the next stop() and logged).
         return list(await asyncio.shield(self._stopping))
@@ -520,7 +526,7 @@ class AsyncFailoverProducer:
         """Same as :meth:`stop`."""
         return await self.stop(timeout)
 
-    async def _stop(self, timeout: float | None) -> list[UndeliveredMessage]:
+    async def _stop(self, timeout: float | None, hand_back: bool) -> list[UndeliveredMessage]:
         assert self._lanes is not None
         retry_task = () if self._retry_task is None else (self._retry_task,)
         undelivered = await wind_down(
@@ -534,15 +540,36 @@ class AsyncFailoverProducer:
         )
         if self._metrics is not None:
             self._metrics.close()
-        self._undelivered = undelivered
         self._state = _CLOSED
-        if undelivered:
+        if undelivered and not hand_back:
+            logger.warning(
+                "%s stopped with %d undelivered message(s), given to the dead_letter hook (%s)",
+                self._name,
+                len(undelivered),
+                "set" if self._dead_letter is not None else "none set; their futures raise",
+            )
+            self._dead_letter_all(undelivered)
+            undelivered = []
+        elif undelivered:
             logger.warning(
                 "%s stopped with %d undelivered message(s), returned by stop()",
                 self._name,
                 len(undelivered),
             )
+        self._undelivered = undelivered
         return undelivered
+
+    def _dead_letter_all(self, undelivered: list[UndeliveredMessage]) -> None:
+        """``stop(hand_back=False)``: each message to the dead-letter hook, if there is one."""
+        hook = self._dead_letter
+        if hook is None:
+            return
+        closed = ProducerClosed(f"{self._name} stopped before this message was delivered")
+        for message in undelivered:
+            try:
+                hook(message, closed)
+            except Exception:
+                logger.exception("dead_letter hook raised for a message to %s", message.topic)
 
     def __len__(self) -> int:
         """Messages without a final outcome (in flight, including those waiting to retry)."""

@@ -120,9 +120,21 @@ class Delivering(Clients):
             self._meta.request_refresh(topic)
 
     def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
+        self._final_failures += 1
+        if self._report_final(entry, error):
+            rec = entry.item
+            logger.error(
+                "message to %s failed finally after %d attempt(s): %s",
+                rec._m[0],
+                rec._attempts,
+                rec._error,
+            )
+
+    def _report_final(self, entry: Entry[_Record], error: object) -> bool:
+        """Tell the dead-letter hook and the message's callback that it failed finally with
+        ``error``; True when there is neither (the caller logs it)."""
         rec = entry.item
         rec._entry = None  # the record and its entry refer to each other (see _Record)
-        self._final_failures += 1
         kerr = _kafka_error(error)
         rec._error = kerr
         if entry.possibly_duplicated:
@@ -136,13 +148,43 @@ class Delivering(Clients):
         cb = rec._cb
         if cb is not None:
             cb(kerr, rec)
-        elif hook is None:
+        return cb is None and hook is None
+
+    def _fail_left(self, left: list[Entry[_Record]], in_flight: bool) -> None:
+        """``close(hand_back=False)``: the messages left are reported as final failures are,
+        every one even if a callback raises (the first exception is raised after), and
+        counted as ended at close (``returned_on_close``, as the asyncio shell's); those
+        nobody hears of (no callback, no hook) are logged once, in all."""
+        self._returned += len(left)
+        logger.warning(
+            "%s closed with %d undelivered message(s), failed to their callbacks and the "
+            "dead_letter hook",
+            self._name,
+            len(left),
+        )
+        error = confluent_kafka.KafkaError(
+            confluent_kafka.KafkaError._PURGE_QUEUE,
+            f"{self._name} closed before this message was delivered",
+        )
+        unheard = 0
+        first: BaseException | None = None
+        for entry in left:
+            if in_flight and entry.item._attempts > 0:
+                entry.item._dup = True  # it may have been written (see undelivered())
+            try:
+                unheard += self._report_final(entry, error)
+            except BaseException as exc:
+                if first is None:
+                    first = exc
+        if unheard:
             logger.error(
-                "message to %s failed finally after %d attempt(s): %s",
-                rec._m[0],
-                rec._attempts,
-                kerr,
+                "%s closed with %d undelivered message(s) that have neither a callback nor a "
+                "dead_letter hook; they failed finally",
+                self._name,
+                unheard,
             )
+        if first is not None:
+            raise first
 
     def _chooser_for(self, topic: str) -> None:
         """Fetch the metadata of a topic seen for the first time (once)."""

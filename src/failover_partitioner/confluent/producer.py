@@ -431,13 +431,21 @@ class FailoverProducer(Batching):
                     slice_s = min(slice_s, max(0.001, self._attention_at - time.monotonic()))
                 self._poll_client(slice_s)
 
-    def close(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
+    def close(
+        self, timeout: float | None = 30.0, *, hand_back: bool = True
+    ) -> list[UndeliveredMessage]:
         """Flush for up to ``timeout`` seconds, stop, and return every undelivered message.
 
         Messages handed back here get no callback: the returned list is their outcome.
         ``possibly_delivered`` marks those that may have been written anyway (an ambiguous
         failure, or still in flight when the client was purged). Calling ``close`` again
         returns the same list.
+
+        ``hand_back=False`` (what leaving a ``with`` block does, where nobody could take the
+        list): the undelivered messages are reported as final failures are instead (the
+        ``dead_letter`` hook, the callback with a ``_PURGE_QUEUE`` error), still counted in
+        ``returned_on_close``, and the list is empty. Should a callback raise, the others
+        still get theirs, then the first exception is raised.
         """
         if self._undelivered is not None:
             return list(self._undelivered)
@@ -454,8 +462,10 @@ class FailoverProducer(Batching):
             self._leave_whole()  # the next produce() looks, and raises ProducerClosed
             left = self._buffer.close()
             unsure = self._client_len()
-            undelivered = [e.item.undelivered(in_flight=unsure > 0) for e in left]
-            self._returned += len(left)
+            undelivered = (
+                [e.item.undelivered(in_flight=unsure > 0) for e in left] if hand_back else []
+            )
+            self._returned += len(undelivered)
             self._unsure = unsure
             self._undelivered = undelivered
             self._meta.close()
@@ -477,6 +487,8 @@ class FailoverProducer(Batching):
                 self._name,
                 len(undelivered),
             )
+        elif left and not hand_back:
+            self._fail_left(left, unsure > 0)
         return list(undelivered)
 
     def _purge_clients(self, client: confluent_kafka.Producer) -> None:
@@ -511,7 +523,7 @@ class FailoverProducer(Batching):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(hand_back=False)  # nobody takes the list: each message fails finally
 
     def __len__(self) -> int:
         """Messages without a final outcome (in flight, including those waiting to retry)."""
