@@ -184,6 +184,21 @@ def test_ctrl_c_in_a_delivery_callback_surfaces_as_keyboard_interrupt(mock: Mock
     assert p.statistics().delivered == 10
 
 
+def _producer_with_waves(mock: MockCluster, *, batch: int, delay_ms: int) -> FailoverProducer:
+    """A producer whose reports come in waves: ``batch`` messages a request, one request in
+    flight per broker, each broker answering ``delay_ms`` late (undone by ``_no_waves``)."""
+    conf = {"batch.num.messages": batch, "max.in.flight.requests.per.connection": 1}
+    p = mock_producer(mock, ready=TOPIC, conf=conf)
+    for broker in (1, 2, 3):
+        mock.delay_broker(broker, delay_ms)
+    return p
+
+
+def _no_waves(mock: MockCluster) -> None:
+    for broker in (1, 2, 3):
+        mock.delay_broker(broker, 0)
+
+
 STOPS = {
     "ctrl-c": (signal.SIGINT, signal.default_int_handler, KeyboardInterrupt),
     "sigterm-sys-exit": (signal.SIGTERM, _exit_on_sigterm, SystemExit),
@@ -204,10 +219,7 @@ def test_a_stop_signal_while_flush_serves_reports_skips_no_callback(
     n = 20_000
     # Reports come in waves, one every 20 ms from each broker, for about 0.3 s: the signal
     # lands while flush() waits for the first, with time to spare on a loaded machine.
-    conf = {"batch.num.messages": 500, "max.in.flight.requests.per.connection": 1}
-    p = mock_producer(mock, ready=TOPIC, conf=conf)
-    for broker in (1, 2, 3):
-        mock.delay_broker(broker, 20)
+    p = _producer_with_waves(mock, batch=500, delay_ms=20)
     if refused:
         mock.push_broker_errors(1, 19, 30)  # NOT_ENOUGH_REPLICAS: rerouted
     outcomes: dict[bytes, list[object]] = {}
@@ -225,8 +237,7 @@ def test_a_stop_signal_while_flush_serves_reports_skips_no_callback(
                 p.flush(30)
     finally:
         timer.cancel()
-        for broker in (1, 2, 3):
-            mock.delay_broker(broker, 0)
+        _no_waves(mock)
         assert p.flush(30) == 0
         assert p.close() == []
     assert len(outcomes) == n
@@ -250,10 +261,7 @@ def test_a_stop_signal_in_a_poll_zero_loop_skips_no_callback(mock: MockCluster, 
     the client started a callback), and flush() then said that nothing was left."""
     signum, handler, raised = STOPS[stop]
     n = 5_000
-    conf = {"batch.num.messages": 200, "max.in.flight.requests.per.connection": 1}
-    p = mock_producer(mock, ready=TOPIC, conf=conf)
-    for broker in (1, 2, 3):
-        mock.delay_broker(broker, 5)
+    p = _producer_with_waves(mock, batch=200, delay_ms=5)
     outcomes: dict[bytes, list[object]] = {}
 
     def cb(err: object, report: Any) -> None:
@@ -272,8 +280,7 @@ def test_a_stop_signal_in_a_poll_zero_loop_skips_no_callback(mock: MockCluster, 
             assert p.flush(30) == 0
             assert len(outcomes) == n * (round_ + 1), f"round {round_}: a callback skipped"
     finally:
-        for broker in (1, 2, 3):
-            mock.delay_broker(broker, 0)
+        _no_waves(mock)
         p.close()
     assert all(errs == [None] for errs in outcomes.values())
     assert p.statistics().delivered == 5 * n
