@@ -537,6 +537,42 @@ def test_ctrl_c_during_flush_loses_nothing(mock: MockCluster) -> None:
     )
 
 
+def test_ctrl_c_while_a_with_block_closes_still_reports_what_is_left(
+    mock: MockCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the with block's close() flushes: close() still takes back what the
+    client holds and reports each message to its callback, then KeyboardInterrupt goes on."""
+    import _thread
+    import threading
+
+    monkeypatch.setattr(
+        FailoverProducer, "close", functools.partialmethod(FailoverProducer.close, 10.0)
+    )
+    outcomes: dict[bytes, list[int | None]] = {}
+
+    def cb(err: Any, report: Any) -> None:
+        outcomes.setdefault(report.value(), []).append(None if err is None else err.code())
+
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    p = producer(mock, ready=TOPIC)
+
+    def block() -> None:
+        with p:
+            for b in range(1, 4):
+                mock.broker_down(b)
+            for i in range(10):
+                p.produce(TOPIC, b"m%d" % i, on_delivery=cb)
+            timer.start()  # lands in the flush of close(), 10 s long
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            block()
+    finally:
+        timer.cancel()
+    assert outcomes == {b"m%d" % i: [KafkaError._PURGE_QUEUE] for i in range(10)}
+    assert p.close() == []
+
+
 def test_strict_keys_wait_for_their_own_partition(mock: MockCluster) -> None:
     """key_policy="strict": a key whose partition keeps refusing writes is never moved; its
     messages are retried there until the refusals stop, then delivered in place."""

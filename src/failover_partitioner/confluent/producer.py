@@ -454,8 +454,12 @@ class FailoverProducer(Batching):
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
         client = self._client
         try:
-            if self.flush(timeout):
-                self._purge_clients(client)
+            left_in_client = True
+            try:
+                left_in_client = self.flush(timeout) > 0
+            finally:  # also when the flush is interrupted (Ctrl-C): what is left is told
+                if left_in_client:
+                    self._purge_clients(client)
         finally:
             self._closed = True
             self._reporting = (None, self._report_cb)  # let go of the last callback
@@ -474,21 +478,22 @@ class FailoverProducer(Batching):
             if not unsure:
                 for each in (client, *self._others()):
                     each.close()
-        if unsure:
-            logger.error(
-                "%s closed while the client still held %d message(s) whose delivery reports "
-                "never came; they may or may not have been delivered",
-                self._name,
-                unsure,
-            )
-        if undelivered:
-            logger.warning(
-                "%s closed with %d undelivered message(s), returned by close()",
-                self._name,
-                len(undelivered),
-            )
-        elif left and not hand_back:
-            self._fail_left(left, unsure > 0)
+            # Told even when the flush was interrupted (Ctrl-C again while a with block ends).
+            if unsure:
+                logger.error(
+                    "%s closed while the client still held %d message(s) whose delivery "
+                    "reports never came; they may or may not have been delivered",
+                    self._name,
+                    unsure,
+                )
+            if undelivered:
+                logger.warning(
+                    "%s closed with %d undelivered message(s), returned by close()",
+                    self._name,
+                    len(undelivered),
+                )
+            elif left and not hand_back:
+                self._fail_left(left, unsure > 0)
         return list(undelivered)
 
     def _purge_clients(self, client: confluent_kafka.Producer) -> None:
