@@ -69,7 +69,9 @@ def test_failover_producer_loses_nothing_while_the_plain_one_is_hurt(
     assert failover["delivered"] == failover["sent"]
     assert failover["failed"] == 0
     assert failover["undelivered"] == 0
-    assert failover["rerouted"] > 0
+    # It went around the degraded partitions: what failed there was sent elsewhere, or (its
+    # metadata showed them degraded before a message failed there) nothing waited long.
+    assert failover["rerouted"] > 0 or failover["longest_stall_s"] < 2.0, failover
     # Every message found more than once was reported as a possible duplicate.
     assert failover["duplicated_messages"] <= failover["possible_duplicates"]
     # The plain producer was hurt: its messages to the degraded partitions waited for the
