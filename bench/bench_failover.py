@@ -507,12 +507,14 @@ def _raw_placed_rate(bootstrap: str, n: int, order: Sequence[int] | None) -> flo
 
 def _raw_as_placed(bootstrap: str, *, n: int, strategy: str) -> float:
     """A raw Producer placing keyless messages as FailoverProducer does with ``strategy``:
-    left to the client while every partition has its min ISR (2), else over the partitions
-    that have it, ``sticky_messages`` to each in turn (sticky) or one each (round robin).
+    left to the client while every partition has its min ISR (FAULT_CONFIG's), else over the
+    partitions that have it, ``sticky_messages`` to each in turn (sticky) or one each (round
+    robin).
     The fault figures' reference: what the fault costs the cluster and the client alone."""
     probe = Producer({"bootstrap.servers": bootstrap, "log_level": 0})
     partitions = probe.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
-    usable = sorted(p for p, md in partitions.items() if md.leader >= 0 and len(md.isrs) >= 2)
+    min_isr = int(FAULT_CONFIG["min.insync.replicas"])
+    usable = sorted(p for p, md in partitions.items() if md.leader >= 0 and len(md.isrs) >= min_isr)
     order: list[int] | None = None
     if len(usable) < PARTITIONS:
         repeat = STICKY_MESSAGES_DEFAULT if strategy == "sticky" else 1

@@ -193,7 +193,13 @@ class DeliveryReport:
         """True when an earlier attempt may also have been written (an ambiguous failure)."""
         return getattr(self, "_dup", False)
 
-    def undelivered(self, *, in_flight: bool = False) -> UndeliveredMessage:
+    def closed_in_flight(self) -> None:
+        """The client still held messages when the producer closed: an attempt of this one
+        may have been written, as an ambiguous failure's may."""
+        if self._attempts > 0:
+            self._dup = True
+
+    def undelivered(self) -> UndeliveredMessage:
         """This message as an :class:`UndeliveredMessage`."""
         topic, value, key, headers, timestamp = self._m
         return UndeliveredMessage(
@@ -204,7 +210,7 @@ class DeliveryReport:
             timestamp=timestamp,
             attempts=self._attempts,
             last_error=getattr(self, "_error", None),
-            possibly_delivered=self.possibly_duplicated() or (in_flight and self._attempts > 0),
+            possibly_delivered=self.possibly_duplicated(),
         )
 
     def __repr__(self) -> str:

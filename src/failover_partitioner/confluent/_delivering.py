@@ -150,7 +150,7 @@ class Delivering(Clients):
             cb(kerr, rec)
         return cb is None and hook is None
 
-    def _fail_left(self, left: list[Entry[_Record]], in_flight: bool) -> None:
+    def _fail_left(self, left: list[Entry[_Record]]) -> None:
         """``close(hand_back=False)``: the messages left are reported as final failures are,
         every one even if a callback raises (the first exception is raised after), and
         counted as ended at close (``returned_on_close``, as the asyncio shell's); those
@@ -169,8 +169,6 @@ class Delivering(Clients):
         unheard = 0
         first: BaseException | None = None
         for entry in left:
-            if in_flight and entry.item._attempts > 0:
-                entry.item._dup = True  # it may have been written (see undelivered())
             try:
                 unheard += self._report_final(entry, error)
             except BaseException as exc:

@@ -466,9 +466,10 @@ class FailoverProducer(Batching):
             self._leave_whole()  # the next produce() looks, and raises ProducerClosed
             left = self._buffer.close()
             unsure = self._client_len()
-            undelivered = (
-                [e.item.undelivered(in_flight=unsure > 0) for e in left] if hand_back else []
-            )
+            if unsure:
+                for entry in left:
+                    entry.item.closed_in_flight()
+            undelivered = [e.item.undelivered() for e in left] if hand_back else []
             self._returned += len(undelivered)
             self._unsure = unsure
             self._undelivered = undelivered
@@ -493,7 +494,7 @@ class FailoverProducer(Batching):
                     len(undelivered),
                 )
             elif left and not hand_back:
-                self._fail_left(left, unsure > 0)
+                self._fail_left(left)
         return list(undelivered)
 
     def _purge_clients(self, client: confluent_kafka.Producer) -> None:
