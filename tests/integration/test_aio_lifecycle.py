@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -237,6 +238,55 @@ def test_leaving_an_async_with_block_gives_what_is_left_to_the_dead_letter_hook(
 
     futures = asyncio.run(run())
     assert sorted(dead) == [(b"%d" % i, ProducerClosed) for i in range(3)]
+    for f in futures:
+        with pytest.raises(ProducerClosed):
+            f.result()
+
+
+@pytest.mark.parametrize("ending", ["async-with", "stop"])
+def test_a_second_ctrl_c_while_the_producer_stops_still_reports_what_is_left(
+    outage: Cluster, ending: str
+) -> None:
+    """asyncio.run's first Ctrl-C cancels the main task, which then stops the producer (a
+    flush of up to 30 s: the partitions are below min ISR); a second one ends asyncio.run,
+    which cancels the stopping task. What is left still reaches the dead-letter hook (an
+    async with block's end), or the list a later stop() returns (a stop() call)."""
+    dead: list[tuple[bytes, type[BaseException]]] = []
+    futures: list[asyncio.Future[Any]] = []
+    ap = AsyncFailoverProducer(
+        bootstrap_servers=outage.bootstrap_servers,
+        dead_letter=lambda m, exc: dead.append((m.value, type(exc))),
+    )
+
+    async def produce() -> None:
+        loop = asyncio.get_running_loop()
+        futures.extend([await ap.send("o", b"%d" % i) for i in range(3)])
+        loop.call_later(0.1, signal.raise_signal, signal.SIGINT)
+        loop.call_later(1.0, signal.raise_signal, signal.SIGINT)
+        await asyncio.sleep(30)
+
+    async def run() -> None:
+        if ending == "async-with":
+            async with ap:
+                await produce()
+        else:
+            await ap.start()
+            try:
+                await produce()
+            finally:
+                await ap.stop()
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(run())
+    assert time.monotonic() - start < 10
+    expected = [b"%d" % i for i in range(3)]
+    if ending == "async-with":
+        assert sorted(dead) == [(value, ProducerClosed) for value in expected]
+        assert asyncio.run(ap.stop()) == []
+    else:
+        assert dead == []
+        assert sorted(str(m.value) for m in asyncio.run(ap.stop())) == [str(v) for v in expected]
     for f in futures:
         with pytest.raises(ProducerClosed):
             f.result()

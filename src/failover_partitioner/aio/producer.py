@@ -57,7 +57,7 @@ from failover_partitioner.aio._inflow import admit_waiting
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
-from failover_partitioner.aio._stopping import wind_down
+from failover_partitioner.aio._stopping import close_buffer, shut_at_once, wind_down
 from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
@@ -529,15 +529,28 @@ class AsyncFailoverProducer:
     async def _stop(self, timeout: float | None, hand_back: bool) -> list[UndeliveredMessage]:
         assert self._lanes is not None
         retry_task = () if self._retry_task is None else (self._retry_task,)
-        undelivered = await wind_down(
-            buffer=self._buffer,
-            lanes=self._lanes,
-            tasks=itertools.chain(self._first_fetch.values(), retry_task),
-            meta=self._meta,
-            inner=self._inner,
-            name=self._name,
-            timeout=timeout,
-        )
+        try:
+            await wind_down(
+                buffer=self._buffer,
+                lanes=self._lanes,
+                tasks=itertools.chain(self._first_fetch.values(), retry_task),
+                meta=self._meta,
+                inner=self._inner,
+                name=self._name,
+                timeout=timeout,
+            )
+        except BaseException:
+            # Interrupted (this task cancelled: a second Ctrl-C ends asyncio.run): what is left
+            # is handed back or given to the hook, and logged, first; then the clients are
+            # shut and the interruption goes on. A later stop() returns the list.
+            self._closed(close_buffer(self._buffer), hand_back)
+            await shut_at_once(self._meta, self._inner, self._name)
+            raise
+        return self._closed(close_buffer(self._buffer), hand_back)
+
+    def _closed(
+        self, undelivered: list[UndeliveredMessage], hand_back: bool
+    ) -> list[UndeliveredMessage]:
         if self._metrics is not None:
             self._metrics.close()
         self._state = _CLOSED
