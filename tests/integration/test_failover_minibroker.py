@@ -377,3 +377,34 @@ def test_a_partition_preference_holds_while_usable_and_is_routed_around_while_no
     wait_for(lambda: p.refresh("plain").num_partitions == PARTITIONS + 2, 10, "the new partitions")
     assert p.usable("plain", PARTITIONS + 1)
     p.close()
+
+
+def test_close_hands_back_a_message_still_in_flight_as_possibly_delivered() -> None:
+    """A write the leader appended, waiting at acks=all for a follower that fetches slowly,
+    is still in flight when close() stops waiting: it comes back ``possibly_delivered`` (the
+    follower may yet copy it and the high watermark pass it), as the asyncio producer's do."""
+    config = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "30000"}
+    with Cluster(brokers=2, config=config) as cluster:
+        cluster.create_topic("held", partitions=1, replication_factor=2)
+        state = cluster.partition_state("held", 0)
+        follower = next(b for b in state.replicas if b != state.leader)
+        p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+        try:
+            p.health("held")
+            cluster.slow_broker(follower, 3000)
+            outcomes: list[Any] = []
+            for i in range(3):
+                p.produce("held", b"%d" % i, on_delivery=lambda err, m: outcomes.append(err))
+            wait_for(
+                lambda: cluster.partition_state("held", 0).log_end_offset == 3,
+                10,
+                "the leader to append the writes",
+            )
+            left = p.close(timeout=0.3)
+        finally:
+            cluster.slow_broker(follower, 0)
+            p.close()
+        assert outcomes == []  # handed back, not reported
+        assert sorted(m.value for m in left if isinstance(m.value, bytes)) == [b"0", b"1", b"2"]
+        assert all(m.possibly_delivered for m in left)
+        assert cluster.partition_state("held", 0).high_watermark <= 3
