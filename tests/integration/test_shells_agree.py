@@ -11,6 +11,7 @@ failure verdicts); these tables hold the shells to them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import time
 import weakref
@@ -119,6 +120,44 @@ def test_both_shells_answer_alike(cluster: Cluster, case: Case) -> None:
             assert answer is None, f"{shell} refused it: {answer!r}"
         else:
             assert isinstance(answer, case.refused), f"{shell} answered {answer!r}"
+
+
+def test_both_shells_end_a_block_with_messages_left_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A with block (async with) that ends while messages wait (every partition below min
+    ISR): nobody could take close()'s or stop()'s list, so both shells give each message left
+    to the dead-letter hook, as it was produced, and count it as ended at close."""
+    for shell, method in ((FailoverProducer, "close"), (AsyncFailoverProducer, "stop")):
+        # The 30 s flush of the block's end, shortened: the partitions stay below min ISR.
+        monkeypatch.setattr(shell, method, functools.partialmethod(getattr(shell, method), 0.3))
+    messages = [(b"v%d" % i, b"k%d" % i, (("h", b"%d" % i),)) for i in range(3)]
+    dead: dict[str, list[tuple[Any, ...]]] = {"confluent": [], "asyncio": []}
+
+    def hook(shell: str) -> DeadLetter:
+        return lambda m, err: dead[shell].append((m.value, m.key, m.headers))
+
+    with Cluster(brokers=3, config={"min.insync.replicas": "3"}) as cluster:
+        cluster.create_topic("stuck", partitions=3, replication_factor=3)
+        cluster.stop_broker(3)
+        with FailoverProducer(
+            {"bootstrap.servers": cluster.bootstrap_servers}, dead_letter=hook("confluent")
+        ) as p:
+            for value, key, headers in messages:
+                p.produce("stuck", value, key, list(headers))
+        returned = {"confluent": p.statistics().returned_on_close}
+
+        async def produce() -> int:
+            async with AsyncFailoverProducer(
+                bootstrap_servers=cluster.bootstrap_servers, dead_letter=hook("asyncio")
+            ) as ap:
+                for value, key, headers in messages:
+                    await ap.send("stuck", value, key, headers=list(headers))
+            return ap.statistics().returned_on_close
+
+        returned["asyncio"] = asyncio.run(produce())
+    assert sorted(dead["confluent"]) == sorted(dead["asyncio"]) == messages
+    assert returned == {"confluent": 3, "asyncio": 3}
 
 
 # A batch refused whole: which records are tried again alone. (error code, the refused batch's
