@@ -413,12 +413,8 @@ class AsyncFailoverProducer:
         if entry.possibly_duplicated:
             msg.dup = True
         exc = error if isinstance(error, BaseException) else FailoverError(repr(error))
-        hook = self._dead_letter
-        if hook is not None:
-            try:
-                hook(msg.undelivered(exc), exc)
-            except Exception:
-                logger.exception("dead_letter hook raised for a message to %s", msg.topic)
+        if self._dead_letter is not None:
+            self._to_dead_letter(msg.undelivered(exc), exc)
         if not msg.future.done():
             # A copy per message, so tracebacks of a shared batch error do not pile up.
             msg.future.set_exception(copy.copy(exc))
@@ -574,13 +570,17 @@ class AsyncFailoverProducer:
 
     def _dead_letter_all(self, undelivered: list[UndeliveredMessage]) -> None:
         """``stop(hand_back=False)``: each message to the dead-letter hook, if there is one."""
-        hook = self._dead_letter
-        if hook is None:
-            return
         closed = ProducerClosed(f"{self._name} stopped before this message was delivered")
         for message in undelivered:
+            self._to_dead_letter(message, closed)
+
+    def _to_dead_letter(self, message: UndeliveredMessage, exc: BaseException) -> None:
+        """The dead-letter hook, if there is one, gets ``message``; if it raises, that is
+        logged and the producer goes on."""
+        hook = self._dead_letter
+        if hook is not None:
             try:
-                hook(message, closed)
+                hook(message, exc)
             except Exception:
                 logger.exception("dead_letter hook raised for a message to %s", message.topic)
 
