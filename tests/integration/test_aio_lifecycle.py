@@ -243,35 +243,6 @@ def test_leaving_an_async_with_block_gives_what_is_left_to_the_dead_letter_hook(
             f.result()
 
 
-def test_a_dead_letter_hook_that_raises_is_logged_and_the_others_still_come(
-    outage: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(
-        AsyncFailoverProducer, "stop", functools.partialmethod(AsyncFailoverProducer.stop, 0.3)
-    )
-    seen: list[bytes] = []
-
-    def hook(message: UndeliveredMessage, exc: BaseException) -> None:
-        assert isinstance(message.value, bytes)
-        seen.append(message.value)
-        if len(seen) == 1:
-            raise RuntimeError("the dead-letter store is down")
-
-    async def run() -> None:
-        async with AsyncFailoverProducer(
-            bootstrap_servers=outage.bootstrap_servers, dead_letter=hook
-        ) as ap:
-            for i in range(3):
-                await ap.send("o", b"%d" % i)
-
-    asyncio.run(run())
-    assert sorted(seen) == [b"0", b"1", b"2"]
-    raised = [r for r in caplog.records if "dead_letter hook raised" in r.getMessage()]
-    assert len(raised) == 1
-    assert raised[0].exc_info is not None
-    assert "the dead-letter store is down" in str(raised[0].exc_info[1])
-
-
 @pytest.mark.parametrize("ending", ["async-with", "stop"])
 def test_a_second_ctrl_c_while_the_producer_stops_still_reports_what_is_left(
     outage: Cluster, ending: str

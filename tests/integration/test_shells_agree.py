@@ -123,11 +123,12 @@ def test_both_shells_answer_alike(cluster: Cluster, case: Case) -> None:
 
 
 def test_both_shells_end_a_block_with_messages_left_alike(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A with block (async with) that ends while messages wait (every partition below min
     ISR): nobody could take close()'s or stop()'s list, so both shells give each message left
-    to the dead-letter hook, as it was produced, and count it as ended at close."""
+    to the dead-letter hook, as it was produced, and count it as ended at close. A hook that
+    raises (here for the first message) is logged, and the others still come."""
     for shell, method in ((FailoverProducer, "close"), (AsyncFailoverProducer, "stop")):
         # The 30 s flush of the block's end, shortened: the partitions stay below min ISR.
         monkeypatch.setattr(shell, method, functools.partialmethod(getattr(shell, method), 0.3))
@@ -135,7 +136,12 @@ def test_both_shells_end_a_block_with_messages_left_alike(
     dead: dict[str, list[tuple[Any, ...]]] = {"confluent": [], "asyncio": []}
 
     def hook(shell: str) -> DeadLetter:
-        return lambda m, err: dead[shell].append((m.value, m.key, m.headers))
+        def dead_letter(m: Any, err: Any) -> None:
+            dead[shell].append((m.value, m.key, m.headers))
+            if len(dead[shell]) == 1:
+                raise RuntimeError(f"{shell}: the dead-letter store is down")
+
+        return dead_letter
 
     with Cluster(brokers=3, config={"min.insync.replicas": "3"}) as cluster:
         cluster.create_topic("stuck", partitions=3, replication_factor=3)
@@ -158,6 +164,14 @@ def test_both_shells_end_a_block_with_messages_left_alike(
         returned["asyncio"] = asyncio.run(produce())
     assert sorted(dead["confluent"]) == sorted(dead["asyncio"]) == messages
     assert returned == {"confluent": 3, "asyncio": 3}
+    raised = [
+        str(r.exc_info[1])
+        for r in caplog.records
+        if "dead_letter hook raised" in r.getMessage() and r.exc_info
+    ]
+    assert sorted(raised) == [
+        f"{s}: the dead-letter store is down" for s in ("asyncio", "confluent")
+    ]
 
 
 # A batch refused whole: which records are tried again alone. (error code, the refused batch's
