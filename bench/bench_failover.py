@@ -436,19 +436,26 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
             PARTITIONS,
             repeat,
             # The raw client placing as this producer does: what the fault costs without it.
-            None if keyed else functools.partial(_raw_as_placed, n=n, strategy=strategy),
+            functools.partial(_raw_keyed_as_placed, n=n)
+            if keyed
+            else functools.partial(_raw_as_placed, n=n, strategy=strategy),
         )
         note = f"first run after the stop (transition included): {runs.transition}; {runs.spread()}"
-        if not keyed:
-            note += (
-                "; a raw Producer placing keyless messages as this one does (left to the "
-                "client while whole, over the usable partitions while not), same rounds: "
-                f"{runs.reference_ratio():.2f}x of its healthy rate "
-                f"({per_round(runs.reference_faulty, runs.reference_healthy)}); this producer "
-                "on the faulty cluster vs that raw Producer there: "
-                f"{statistics.median(runs.faulty) / statistics.median(runs.reference_faulty):.2f}x"
-                f" ({per_round(runs.faulty, runs.reference_faulty)})"
-            )
+        placing = (
+            "keyed messages as this one does (left to the client while whole, each key where "
+            "this one's chooser puts it while not, a per-message callback)"
+            if keyed
+            else "keyless messages as this one does (left to the client while whole, over the "
+            "usable partitions while not)"
+        )
+        note += (
+            f"; a raw Producer placing {placing}, same rounds: "
+            f"{runs.reference_ratio():.2f}x of its healthy rate "
+            f"({per_round(runs.reference_faulty, runs.reference_healthy)}); this producer "
+            "on the faulty cluster vs that raw Producer there: "
+            f"{statistics.median(runs.faulty) / statistics.median(runs.reference_faulty):.2f}x"
+            f" ({per_round(runs.faulty, runs.reference_faulty)})"
+        )
         if keyed:
             note += (
                 "; 1,000 keys in turn, a per-message callback in both runs; the keys of the "
@@ -520,6 +527,60 @@ def _raw_as_placed(bootstrap: str, *, n: int, strategy: str) -> float:
         repeat = STICKY_MESSAGES_DEFAULT if strategy == "sticky" else 1
         order = [p for p in usable for _ in range(repeat)]
     return _raw_placed_rate(bootstrap, n, order)
+
+
+def _raw_keyed_as_placed(bootstrap: str, *, n: int) -> float:
+    """A raw Producer (murmur2 partitioner, a per-message callback) placing the keyed row's
+    messages as FailoverProducer does: left to the client while every partition has its min
+    ISR (FAULT_CONFIG's), else each key where the producer's chooser puts it (its home while
+    usable, else by rendezvous), worked out before the clock starts. The keyed fault figure's
+    reference: what the fault costs the cluster and the client alone."""
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "log_level": 0,
+            "partitioner": "murmur2_random",
+        }
+    )
+    found = p.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+    md = TopicMetadata(
+        topic=TOPIC,
+        partitions=tuple(
+            PartitionMetadata(
+                partition=i, leader=m.leader, replicas=tuple(m.replicas), isr=tuple(m.isrs)
+            )
+            for i, m in sorted(found.items())
+        ),
+        min_insync_replicas=int(FAULT_CONFIG["min.insync.replicas"]),
+    )
+    view = TopicView.build(md)
+    keys = _KEYS
+    raw, poll = p.produce, p.poll
+    if view.whole:
+
+        def produce(i: int) -> None:
+            raw(TOPIC, VALUE, keys[i % 1000], on_delivery=_noop)
+
+    else:
+        keyed = PartitionChooser(view, ChoiceOptions()).keyed
+        parts = [keyed(k) for k in keys]
+
+        def produce(i: int) -> None:
+            raw(TOPIC, VALUE, keys[i % 1000], parts[i % 1000], on_delivery=_noop)
+
+    def run() -> None:
+        for i in range(n):
+            while True:
+                try:
+                    produce(i)
+                    break
+                except BufferError:
+                    poll(0.005)
+            if i % 1000 == 0:
+                poll(0)
+
+    return _timed(n, run, p.flush, "raw producer")[0]
 
 
 def _raw_round_robin_ratio(bootstrap: str, n: int, repeat: int) -> float:
