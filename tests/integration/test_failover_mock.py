@@ -512,6 +512,50 @@ def test_metrics_are_served_over_http(mock: MockCluster) -> None:
         p.close()
 
 
+@pytest.mark.parametrize("path", ["first-message", "healthy", "record"])
+@pytest.mark.parametrize("reported", [False, True], ids=["no-callback", "callback"])
+def test_ctrl_c_as_the_client_takes_a_message_leaves_it_accepted(
+    mock: MockCluster, reported: bool, path: str
+) -> None:
+    """Python raises a signal's KeyboardInterrupt as a C call returns, so Ctrl-C in produce()
+    lands right after the client took the message, as a rule (a loop of produce() cut by a
+    timer: 9 of 10 rounds). produce() raises it, and the message is accepted: counted in,
+    delivered, its callback called once. A topic's first message takes the failover path
+    (the healthy path opens once the producer has looked at the topic), later ones the
+    healthy path, a message with headers a record (the core's dispatch)."""
+    import _thread
+
+    seen: list[Any] = []
+    conf = {"on_delivery": lambda err, msg: seen.append((err, msg.value()))} if reported else {}
+    p = producer(mock, conf=conf, ready=TOPIC)
+    try:
+        warm = path != "first-message"
+        if warm:
+            p.produce(TOPIC, b"warm")
+            assert p.flush(10) == 0
+        name = "_produce_reported" if reported else "_produce_raw"
+        client_call = getattr(p, name)
+
+        def taken_then_interrupted(*args: Any) -> None:
+            client_call(*args)
+            _thread.interrupt_main()  # the signal, as the client's call returns
+
+        setattr(p, name, taken_then_interrupted)
+        headers = [("h", b"1")] if path == "record" else None
+        with pytest.raises(KeyboardInterrupt):
+            p.produce(TOPIC, b"taken", headers=headers)
+        setattr(p, name, client_call)
+        assert p.flush(10) == 0
+        stats = p.statistics()
+        sent = 2 if warm else 1
+        assert (stats.produced, stats.delivered, stats.in_flight) == (sent, sent, 0)
+        if reported:
+            assert seen[-1] == (None, b"taken")
+            assert len(seen) == sent
+    finally:
+        assert p.close() == []
+
+
 def test_ctrl_c_during_flush_loses_nothing(mock: MockCluster) -> None:
     import _thread
     import threading

@@ -45,6 +45,15 @@ class Delivering(Clients):
         self._reporting = (cb, report)
         return report
 
+    def _taken_when_interrupted(self, first: bool, previous: int = -1, partition: int = -1) -> None:
+        """A signal's exception came out of the client's produce call (see ``_SIGNALLED``):
+        the client took the message, so the attempt stands as if the call had returned. A
+        first attempt counts in (``produce`` would have); a retry's move is counted."""
+        if first:
+            self._count_in()
+        else:
+            self._core.sent(previous, partition)
+
     def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:
         """``_report`` for a message with a timestamp, which a failure report lacks."""
         try:

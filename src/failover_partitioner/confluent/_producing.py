@@ -23,6 +23,7 @@ from failover_partitioner.confluent._shared import (
     _ANY_PARTITION,
     _OFF,
     _PLAIN_CALLBACKS,
+    _SIGNALLED,
     DeliveryCallback,
     _key_bytes,
 )
@@ -130,8 +131,11 @@ class Producing(Routing):
             # Refused (e.g. the topic refuses this user): the record path decides.
             self._produce_with_record(topic, value, key, None, cb, None)
             return
+        if isinstance(exc, _SIGNALLED):
+            self._taken_when_interrupted(first=True)  # the client has it: accepted
+            raise exc
         if not isinstance(exc, BufferError):
-            # Not accepted (a value or key of a wrong type, an interrupt).
+            # Not accepted (a value or key of a wrong type).
             if isinstance(exc, TypeError) and key is not None:
                 _key_bytes(key)  # names the key's type, as the other paths do
             raise exc
@@ -159,5 +163,7 @@ class Producing(Routing):
             except BufferError:
                 continue
             except BaseException as again:
+                if isinstance(again, _SIGNALLED):
+                    self._taken_when_interrupted(first=True)
                 raise again from None
         raise self._timed_out(topic, value, key, None, None)

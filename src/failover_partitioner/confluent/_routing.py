@@ -20,6 +20,7 @@ from failover_partitioner.choose import CLIENT_PARTITIONER, PartitionChooser
 from failover_partitioner.confluent._delivering import Delivering
 from failover_partitioner.confluent._shared import (
     _ANY_PARTITION,
+    _SIGNALLED,
     DeliveryCallback,
     _check_header_items,
     _ErrorsOnly,
@@ -208,6 +209,9 @@ class Routing(Delivering):
             send(topic, value, key, p, sent, None, timestamp or 0)
         except (BufferError, confluent_kafka.KafkaException):
             self._produce_with_record(topic, value, key, None, cb, timestamp)
+        except _SIGNALLED:
+            self._taken_when_interrupted(first=True)
+            raise
 
     def _produce_with_record(
         self,
@@ -328,12 +332,16 @@ class Routing(Delivering):
     def _produce_raised(
         self, rec: _Record, exc: BaseException, *, first: bool, previous: int = -1
     ) -> None:
-        """The client refused ``rec`` at once (queue full, a bad argument, an interrupt)."""
+        """The client refused ``rec`` at once (queue full, a bad argument), or took it and a
+        signal's exception came as the call returned."""
         partition = rec._partition
+        if isinstance(exc, _SIGNALLED):
+            self._taken_when_interrupted(first, previous, partition)
+            raise exc
         rec._attempts -= 1
         rec._partition = previous
         if isinstance(exc, BufferError):
-            if not self._retry_queue_full(rec, partition):
+            if not self._retry_queue_full(rec, partition, first, previous):
                 self._wait(rec, exc)
             return
         if first and rec._entry is None:
@@ -347,19 +355,16 @@ class Routing(Delivering):
                 self._refusals[rec._m[0]] = (time.monotonic(), _kafka_error(exc))
                 self._fail_finally(rec, exc)
                 return
-            # The caller's own mistake (a bad value type, ...) or Ctrl-C: the message was not
-            # accepted: the caller sees the exception.
+            # The caller's own mistake (a bad value type, ...): the message was not accepted:
+            # the caller sees the exception.
             headers = rec._m[3]
             if headers is not None and isinstance(exc, TypeError):
                 _check_header_items(headers, rec._m[0], exc)
             raise exc
-        if not isinstance(exc, Exception):
-            self._wait(rec, exc)  # interrupted while re-producing: keep the message
-            raise exc
         logger.error("producing a retried message to %s failed: %r", rec._m[0], exc)
         self._fail_finally(rec, exc)
 
-    def _retry_queue_full(self, rec: _Record, partition: int) -> bool:
+    def _retry_queue_full(self, rec: _Record, partition: int, first: bool, previous: int) -> bool:
         """librdkafka's queue is full: serve callbacks and try again, within produce_timeout_s."""
         if self._in_callback():
             return False
@@ -367,7 +372,12 @@ class Routing(Delivering):
         produce = self._sender(rec)
         deadline = time.monotonic() + self._produce_timeout_s
         while time.monotonic() < deadline:
-            self._poll_client(0.01)
+            try:
+                self._poll_client(0.01)
+            except _SIGNALLED:
+                if rec._entry is not None:
+                    self._wait(rec, BufferError())  # a retry keeps its place; a first attempt
+                raise  # was not accepted
             rec._partition = partition
             rec._attempts += 1
             try:
@@ -375,6 +385,9 @@ class Routing(Delivering):
                 return True
             except BufferError:
                 rec._attempts -= 1
+            except _SIGNALLED:
+                self._taken_when_interrupted(first, previous, partition)
+                raise
         return False
 
     def _service(self) -> None:

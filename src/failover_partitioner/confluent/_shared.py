@@ -53,6 +53,13 @@ _names = itertools.count(1)
 _REFUSAL_MEMORY_S = 10.0
 _LOCAL_UNKNOWN = frozenset({-190, -188})
 
+# What a signal's handler raises (Ctrl-C's KeyboardInterrupt, a SIGTERM handler's sys.exit).
+# Python raises it where it looks for signals, as a C call returns, never inside one; the
+# client's produce() raises neither itself. So one that comes out of that call came after the
+# client took the message: the attempt stands (its report comes as any other's), the message
+# counts as accepted, and the interrupt goes on (``Delivering._taken_when_interrupted``).
+_SIGNALLED = (KeyboardInterrupt, SystemExit)
+
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
 
