@@ -487,22 +487,35 @@ def _faulty_rate(bootstrap: str, *, n: int, strategy: str, keyed: bool) -> float
 
 
 def _raw_placed_rate(bootstrap: str, n: int, order: Sequence[int] | None) -> float:
-    """A raw Producer's rate giving message ``i`` the partition ``order[i % len(order)]``
-    (``_drive``'s loop with the partition given, no frame between); ``order`` None: none
-    given (``_raw_rate``: the client's sticky partitioner places them)."""
+    """A raw Producer's rate giving message ``i`` the partition ``order[i % len(order)]``;
+    ``order`` None: none given (``_raw_rate``: the client's sticky partitioner places them)."""
     if order is None:
         return _raw_rate(bootstrap, n, False)[0]
     p = Producer(
         {"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0, "on_delivery": _noop}
     )
     p.list_topics(TOPIC, timeout=10)
-    raw, poll, parts, size = p.produce, p.poll, tuple(order), len(order)
+    return _raw_loop_rate(p, n, [None] * len(order), order, None)
+
+
+def _raw_loop_rate(
+    p: Producer,
+    n: int,
+    keys: Sequence[bytes | None],
+    parts: Sequence[int],
+    on_delivery: Callable[[Any, Any], None] | None,
+) -> float:
+    """``p``'s rate giving message ``i`` the key ``keys[j]`` and the partition ``parts[j]``
+    (``j = i % len(parts)``; -1: the client places it), waiting at a full queue, ``poll(0)``
+    every 1,000 (``_drive``'s loop, no frame between)."""
+    raw, poll, size = p.produce, p.poll, len(parts)
 
     def run() -> None:
         for i in range(n):
+            j = i % size
             while True:
                 try:
-                    raw(TOPIC, VALUE, None, parts[i % size])
+                    raw(TOPIC, VALUE, keys[j], parts[j], on_delivery)
                     break
                 except BufferError:
                     poll(0.005)
@@ -555,32 +568,12 @@ def _raw_keyed_as_placed(bootstrap: str, *, n: int) -> float:
         min_insync_replicas=int(FAULT_CONFIG["min.insync.replicas"]),
     )
     view = TopicView.build(md)
-    keys = _KEYS
-    raw, poll = p.produce, p.poll
     if view.whole:
-
-        def produce(i: int) -> None:
-            raw(TOPIC, VALUE, keys[i % 1000], on_delivery=_noop)
-
+        parts = [-1] * len(_KEYS)
     else:
         keyed = PartitionChooser(view, ChoiceOptions()).keyed
-        parts = [keyed(k) for k in keys]
-
-        def produce(i: int) -> None:
-            raw(TOPIC, VALUE, keys[i % 1000], parts[i % 1000], on_delivery=_noop)
-
-    def run() -> None:
-        for i in range(n):
-            while True:
-                try:
-                    produce(i)
-                    break
-                except BufferError:
-                    poll(0.005)
-            if i % 1000 == 0:
-                poll(0)
-
-    return _timed(n, run, p.flush, "raw producer")[0]
+        parts = [keyed(k) for k in _KEYS]
+    return _raw_loop_rate(p, n, _KEYS, parts, _noop)
 
 
 def _raw_round_robin_ratio(bootstrap: str, n: int, repeat: int) -> float:
