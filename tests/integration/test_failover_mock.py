@@ -556,6 +556,47 @@ def test_ctrl_c_as_the_client_takes_a_message_leaves_it_accepted(
         assert p.close() == []
 
 
+def test_ctrl_c_as_the_client_takes_a_retry_leaves_its_attempt_standing(
+    mock: MockCluster,
+) -> None:
+    """The same rule for a retry, which produce() sends before the message it was given: the
+    retry's attempt stands (the client has it), delivered once, its callback called once; the
+    message produce() was given was not accepted (the signal came before its own call)."""
+    import _thread
+
+    outcomes: dict[bytes, list[Any]] = {}
+
+    def cb(err: Any, msg: Any) -> None:
+        outcomes.setdefault(msg.value(), []).append(err)
+
+    p = producer(mock, ready=TOPIC, retry_backoff_s=0.5)
+    try:
+        mock.push_broker_errors(leaders(p)[0], NOT_ENOUGH_REPLICAS, 1)
+        p.produce(TOPIC, b"retried", partition=0, on_delivery=cb)
+        wait_for(
+            lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 1,
+            10,
+            "the refusal",
+        )
+        client_call = p._produce_reported
+
+        def taken_then_interrupted(*args: Any) -> None:
+            client_call(*args)
+            _thread.interrupt_main()  # the signal, as the client's call returns
+
+        p._produce_reported = taken_then_interrupted
+        time.sleep(0.6)  # the retry is due
+        with pytest.raises(KeyboardInterrupt):
+            p.produce(TOPIC, b"given", on_delivery=cb)
+        p._produce_reported = client_call
+        assert p.flush(10) == 0
+        assert outcomes == {b"retried": [None]}
+        stats = p.statistics()
+        assert (stats.produced, stats.delivered, stats.retries) == (1, 1, 1)
+    finally:
+        assert p.close() == []
+
+
 def test_ctrl_c_during_flush_loses_nothing(mock: MockCluster) -> None:
     import _thread
     import threading
