@@ -47,6 +47,7 @@ from failover_partitioner.choose import (
     ChoiceOptions,
     PartitionChooser,
 )
+from failover_partitioner.metadata.confluent import ConfluentMetadataSource
 from failover_partitioner.testing import MockCluster
 from harness import (
     FAULT_CONFIG,
@@ -531,29 +532,37 @@ def _raw_loop_rate(
     return _timed(n, run, p.flush, "raw producer")[0]
 
 
+def _current_view(client: Producer) -> TopicView:
+    """TOPIC's view as the producer would build it now from ``client``'s metadata (the
+    library's own source and rule for a usable partition), min ISR FAULT_CONFIG's."""
+    answer = ConfluentMetadataSource(client, None).partitions(TOPIC, 10.0)
+    md = TopicMetadata(
+        topic=TOPIC,
+        partitions=answer.partitions,
+        min_insync_replicas=int(FAULT_CONFIG["min.insync.replicas"]),
+    )
+    return TopicView.build(md)
+
+
 def _raw_as_placed(bootstrap: str, *, n: int, strategy: str) -> float:
     """A raw Producer placing keyless messages as FailoverProducer does with ``strategy``:
-    left to the client while every partition has its min ISR (FAULT_CONFIG's), else over the
-    partitions that have it, ``sticky_messages`` to each in turn (sticky) or one each (round
-    robin).
+    left to the client while every partition is usable, else over the usable ones,
+    ``sticky_messages`` to each in turn (sticky) or one each (round robin).
     The fault figures' reference: what the fault costs the cluster and the client alone."""
-    probe = Producer({"bootstrap.servers": bootstrap, "log_level": 0})
-    partitions = probe.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
-    min_isr = int(FAULT_CONFIG["min.insync.replicas"])
-    usable = sorted(p for p, md in partitions.items() if md.leader >= 0 and len(md.isrs) >= min_isr)
+    view = _current_view(Producer({"bootstrap.servers": bootstrap, "log_level": 0}))
     order: list[int] | None = None
-    if len(usable) < PARTITIONS:
+    if not view.whole:
         repeat = STICKY_MESSAGES_DEFAULT if strategy == "sticky" else 1
-        order = [p for p in usable for _ in range(repeat)]
+        order = [p for p in view.usable for _ in range(repeat)]
     return _raw_placed_rate(bootstrap, n, order)
 
 
 def _raw_keyed_as_placed(bootstrap: str, *, n: int) -> float:
     """A raw Producer (murmur2 partitioner, a per-message callback) placing the keyed row's
-    messages as FailoverProducer does: left to the client while every partition has its min
-    ISR (FAULT_CONFIG's), else each key where the producer's chooser puts it (its home while
-    usable, else by rendezvous), worked out before the clock starts. The keyed fault figure's
-    reference: what the fault costs the cluster and the client alone."""
+    messages as FailoverProducer does: left to the client while every partition is usable,
+    else each key where the producer's chooser puts it (its home while usable, else by
+    rendezvous), worked out before the clock starts. The keyed fault figure's reference: what
+    the fault costs the cluster and the client alone."""
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -562,18 +571,7 @@ def _raw_keyed_as_placed(bootstrap: str, *, n: int) -> float:
             "partitioner": "murmur2_random",
         }
     )
-    found = p.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
-    md = TopicMetadata(
-        topic=TOPIC,
-        partitions=tuple(
-            PartitionMetadata(
-                partition=i, leader=m.leader, replicas=tuple(m.replicas), isr=tuple(m.isrs)
-            )
-            for i, m in sorted(found.items())
-        ),
-        min_insync_replicas=int(FAULT_CONFIG["min.insync.replicas"]),
-    )
-    view = TopicView.build(md)
+    view = _current_view(p)
     if view.whole:
         parts = [-1] * len(_KEYS)
     else:
