@@ -512,19 +512,37 @@ def test_metrics_are_served_over_http(mock: MockCluster) -> None:
         p.close()
 
 
+@contextlib.contextmanager
+def interrupted_as_it_returns(p: FailoverProducer, client_call: str) -> Iterator[None]:
+    """Inside the block, the producer's ``client_call`` (the client's produce, as the
+    producer holds it) gets KeyboardInterrupt as it returns, having taken the message: where
+    Python raises a Ctrl-C that comes during a C call."""
+    import _thread
+
+    call = getattr(p, client_call)
+
+    def taken_then_interrupted(*args: Any) -> None:
+        call(*args)
+        _thread.interrupt_main()  # the signal, as the client's call returns
+
+    setattr(p, client_call, taken_then_interrupted)
+    try:
+        yield
+    finally:
+        setattr(p, client_call, call)
+
+
 @pytest.mark.parametrize("path", ["first-message", "healthy", "record"])
 @pytest.mark.parametrize("reported", [False, True], ids=["no-callback", "callback"])
 def test_ctrl_c_as_the_client_takes_a_message_leaves_it_accepted(
     mock: MockCluster, reported: bool, path: str
 ) -> None:
     """Python raises a signal's KeyboardInterrupt as a C call returns, so Ctrl-C in produce()
-    lands right after the client took the message, as a rule (a loop of produce() cut by a
-    timer: 9 of 10 rounds). produce() raises it, and the message is accepted: counted in,
-    delivered, its callback called once. A topic's first message takes the failover path
-    (the healthy path opens once the producer has looked at the topic), later ones the
-    healthy path, a message with headers a record (the core's dispatch)."""
-    import _thread
-
+    lands right after the client took the message, as a rule (``python
+    bench/ctrl_c_in_produce.py``: 17 of 20 rounds). produce() raises it, and the message is
+    accepted: counted in, delivered, its callback called once. A topic's first message takes
+    the failover path (the healthy path opens once the producer has looked at the topic),
+    later ones the healthy path, a message with headers a record (the core's dispatch)."""
     seen: list[Any] = []
     conf = {"on_delivery": lambda err, msg: seen.append((err, msg.value()))} if reported else {}
     p = producer(mock, conf=conf, ready=TOPIC)
@@ -533,18 +551,12 @@ def test_ctrl_c_as_the_client_takes_a_message_leaves_it_accepted(
         if warm:
             p.produce(TOPIC, b"warm")
             assert p.flush(10) == 0
-        name = "_produce_reported" if reported else "_produce_raw"
-        client_call = getattr(p, name)
-
-        def taken_then_interrupted(*args: Any) -> None:
-            client_call(*args)
-            _thread.interrupt_main()  # the signal, as the client's call returns
-
-        setattr(p, name, taken_then_interrupted)
         headers = [("h", b"1")] if path == "record" else None
-        with pytest.raises(KeyboardInterrupt):
+        with (
+            interrupted_as_it_returns(p, "_produce_reported" if reported else "_produce_raw"),
+            pytest.raises(KeyboardInterrupt),
+        ):
             p.produce(TOPIC, b"taken", headers=headers)
-        setattr(p, name, client_call)
         assert p.flush(10) == 0
         stats = p.statistics()
         sent = 2 if warm else 1
@@ -562,8 +574,6 @@ def test_ctrl_c_as_the_client_takes_a_retry_leaves_its_attempt_standing(
     """The same rule for a retry, which produce() sends before the message it was given: the
     retry's attempt stands (the client has it), delivered once, its callback called once; the
     message produce() was given was not accepted (the signal came before its own call)."""
-    import _thread
-
     outcomes: dict[bytes, list[Any]] = {}
 
     def cb(err: Any, msg: Any) -> None:
@@ -578,17 +588,9 @@ def test_ctrl_c_as_the_client_takes_a_retry_leaves_its_attempt_standing(
             10,
             "the refusal",
         )
-        client_call = p._produce_reported
-
-        def taken_then_interrupted(*args: Any) -> None:
-            client_call(*args)
-            _thread.interrupt_main()  # the signal, as the client's call returns
-
-        p._produce_reported = taken_then_interrupted
         time.sleep(0.6)  # the retry is due
-        with pytest.raises(KeyboardInterrupt):
+        with interrupted_as_it_returns(p, "_produce_reported"), pytest.raises(KeyboardInterrupt):
             p.produce(TOPIC, b"given", on_delivery=cb)
-        p._produce_reported = client_call
         assert p.flush(10) == 0
         assert outcomes == {b"retried": [None]}
         stats = p.statistics()
