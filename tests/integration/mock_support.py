@@ -26,6 +26,27 @@ def mock_with_topic(topic: str, partitions: int) -> Iterator[MockCluster]:
         yield cluster
 
 
+@contextmanager
+def interrupted_as_it_returns(p: FailoverProducer, client_call: str) -> Iterator[None]:
+    """Inside the block, the producer's ``client_call`` (the client's produce or produce_batch,
+    as the producer holds it) gets KeyboardInterrupt as it returns, having taken the message:
+    where Python raises a Ctrl-C that comes during a C call."""
+    import _thread
+
+    call = getattr(p, client_call)
+
+    def taken_then_interrupted(*args: Any, **kwargs: Any) -> Any:
+        taken = call(*args, **kwargs)
+        _thread.interrupt_main()  # the signal, as the client's call returns
+        return taken
+
+    setattr(p, client_call, taken_then_interrupted)
+    try:
+        yield
+    finally:
+        setattr(p, client_call, call)
+
+
 def mock_producer(
     mock: MockCluster, *, ready: str | None = None, **kwargs: Any
 ) -> FailoverProducer:

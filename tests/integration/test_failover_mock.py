@@ -26,7 +26,12 @@ from failover_partitioner import (
 )
 from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.testing import METADATA_API_KEY, MockCluster
-from tests.integration.mock_support import consume_topic, mock_producer, mock_with_topic
+from tests.integration.mock_support import (
+    consume_topic,
+    interrupted_as_it_returns,
+    mock_producer,
+    mock_with_topic,
+)
 from tests.integration.reliability_support import wait_for
 
 TOPIC = "orders"
@@ -510,26 +515,6 @@ def test_metrics_are_served_over_http(mock: MockCluster) -> None:
         assert 'failover_metadata_age_seconds{producer="metrics-check",topic="orders"}' in text
     finally:
         p.close()
-
-
-@contextlib.contextmanager
-def interrupted_as_it_returns(p: FailoverProducer, client_call: str) -> Iterator[None]:
-    """Inside the block, the producer's ``client_call`` (the client's produce, as the
-    producer holds it) gets KeyboardInterrupt as it returns, having taken the message: where
-    Python raises a Ctrl-C that comes during a C call."""
-    import _thread
-
-    call = getattr(p, client_call)
-
-    def taken_then_interrupted(*args: Any) -> None:
-        call(*args)
-        _thread.interrupt_main()  # the signal, as the client's call returns
-
-    setattr(p, client_call, taken_then_interrupted)
-    try:
-        yield
-    finally:
-        setattr(p, client_call, call)
 
 
 @pytest.mark.parametrize("path", ["first-message", "healthy", "record"])

@@ -13,7 +13,12 @@ from failover_partitioner import DeliveryReport, FailoverProducer, ProduceTimeou
 from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.errors import BatchRefused
 from failover_partitioner.testing import MockCluster
-from tests.integration.mock_support import consume_topic, mock_producer, mock_with_topic
+from tests.integration.mock_support import (
+    consume_topic,
+    interrupted_as_it_returns,
+    mock_producer,
+    mock_with_topic,
+)
 
 TOPIC = "batches"
 PARTITIONS = 6
@@ -207,6 +212,41 @@ def test_refused_messages_are_named_and_the_others_accepted(mock: MockCluster) -
     with pytest.raises(TypeError, match="on_delivery must be callable"):
         p.produce_batch(TOPIC, [{"value": b"x"}], on_delivery=3)  # type: ignore[arg-type]
     p.close()
+
+
+@pytest.mark.parametrize("reported", [False, True], ids=["no-callback", "callback"])
+@pytest.mark.parametrize("where", ["group", "alone"])
+def test_ctrl_c_as_the_client_takes_part_of_a_batch_counts_in_what_it_took(
+    mock: MockCluster, where: str, reported: bool
+) -> None:
+    """Ctrl-C lands as a client call returns (see test_failover_mock's Ctrl-C tests): the
+    messages the client took by then are accepted (counted in ``produced``, delivered, each
+    callback once), the others not, and the dicts come back unchanged. ``group``: the signal
+    comes as the client takes the first partition's share (10 of 60); ``alone``: a queue of 5
+    refused the rest of the shares, and it comes as the client takes the first of those,
+    sent alone (5 + 1)."""
+    seen: list[Any] = []
+    cb = (lambda err, msg: seen.append((err, msg.value()))) if reported else None
+    conf = {"queue.buffering.max.messages": 5} if where == "alone" else {}
+    p = producer(mock, conf=conf)
+    batch = [{"value": b"m%d" % i} for i in range(60)]
+    if where == "group":
+        call = "_produce_batch_reported" if reported else "_produce_batch_raw"
+    else:
+        call = "_produce_reported" if reported else "_produce_raw"
+    try:
+        with interrupted_as_it_returns(p, call), pytest.raises(KeyboardInterrupt):
+            p.produce_batch(TOPIC, batch, on_delivery=cb)
+        assert p.flush(10) == 0
+        taken = 10 if where == "group" else 6
+        stats = p.statistics()
+        assert (stats.produced, stats.delivered, stats.in_flight) == (taken, taken, 0)
+        assert all(m.keys() == {"value"} for m in batch)
+        if reported:
+            assert len(seen) == taken
+            assert all(err is None for err, _ in seen)
+    finally:
+        assert p.close() == []
 
 
 def test_a_batch_over_the_inflow_limit_waits_then_refuses_the_rest(mock: MockCluster) -> None:

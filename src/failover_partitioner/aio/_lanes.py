@@ -139,9 +139,7 @@ class Lanes:
             lanes = self._lanes[topic] = []
         while len(lanes) <= partition:
             lanes.append(Lane(topic, len(lanes)))
-        self._append(lanes[partition], msg)
-
-    def _append(self, lane: Lane, msg: Message) -> None:
+        lane = lanes[partition]
         batch = lane.open
         if batch is not None and msg.solo and batch.messages:
             lane.ready.append(batch)

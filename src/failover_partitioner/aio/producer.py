@@ -287,8 +287,22 @@ class AsyncFailoverProducer:
             # The caller outruns a partition (closed batches pile up behind its task): give
             # the tasks and the I/O a turn, as aiokafka's send does when a batch is full.
             await asyncio.sleep(0)
-        msg = self._message(topic, value, key, headers, timestamp_ms)
-        if topic not in self._core.topics:
+        known = topic in self._core.topics
+        if not known:
+            check_topic(topic)  # a known topic was checked when first seen
+        assert self._loop is not None
+        # Validated and serialised: raises before anything is accepted.
+        msg = _checked_message(
+            self._settings,
+            topic,
+            value,
+            key,
+            headers,
+            timestamp_ms,
+            self._message_id_header is not None,
+            self._loop.create_future(),
+        )
+        if not known:
             await self._first_metadata(topic)
             if self._state != _RUNNING:
                 raise self._not_running(topic)
@@ -297,7 +311,7 @@ class AsyncFailoverProducer:
             entry = await admit_waiting(self._buffer, msg, self._produce_timeout_s, self._service)
         msg.entry = entry
         if self._message_id_header is not None:
-            assert msg.headers is not None  # made a list in _message
+            assert msg.headers is not None  # made a list in _checked_message
             msg.headers.append((self._message_id_header, b"%s-%d" % (self._id_prefix, entry.seq)))
         self._dispatch(msg)
         return msg.future
@@ -325,24 +339,6 @@ class AsyncFailoverProducer:
                 "or await start() first"
             )
         return ProducerClosed(f"send to {topic!r} after stop()")
-
-    def _message(
-        self, topic: str, value: object, key: object, headers: object, timestamp_ms: int | None
-    ) -> Message:
-        """Validate and serialise a message; raises before anything is accepted."""
-        if topic not in self._core.topics:
-            check_topic(topic)  # a known topic was checked when first seen
-        assert self._loop is not None
-        return _checked_message(
-            self._settings,
-            topic,
-            value,
-            key,
-            headers,
-            timestamp_ms,
-            self._message_id_header is not None,
-            self._loop.create_future(),
-        )
 
     def _dispatch(self, msg: Message) -> None:
         """Choose a partition and append ``msg`` to its open batch, or let it wait."""

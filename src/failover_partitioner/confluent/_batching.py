@@ -11,6 +11,7 @@ from failover_partitioner.confluent._producing import Producing
 from failover_partitioner.confluent._shared import (
     _ANY_PARTITION,
     _BATCH_KEYS,
+    _SIGNALLED,
     DeliveryCallback,
     _value_only,
 )
@@ -108,6 +109,53 @@ class Batching(Producing):
                 refused.append((i, exc))
         return True
 
+    def _hand_groups(
+        self,
+        topic: str,
+        groups: dict[int, list[dict[str, Any]]],
+        batch: Any,
+        report: Any,
+    ) -> list[dict[str, Any]]:
+        """One client ``batch`` call per partition's group; the messages the client refused
+        (marked '_error'). A signal's exception that comes as a call returns (see
+        ``_SIGNALLED``): what the client took by then is counted in, the rest is not accepted,
+        the marks go, and the interrupt goes on."""
+        refused: list[dict[str, Any]] = []
+        handed: list[list[dict[str, Any]]] = []
+        try:
+            for p, group in groups.items():
+                handed.append(group)
+                try:
+                    queued = batch(topic, group, partition=p, on_delivery=report)
+                except TypeError:  # a bad value: refused before anything was queued
+                    queued = 0
+                    for m in group:
+                        m["_error"] = None
+                except BufferError:
+                    # Those refused carry '_error' (queued ones do not); none marked: all
+                    # refused.
+                    queued = 0
+                    if not any("_error" in m for m in group):
+                        for m in group:
+                            m["_error"] = None
+                if queued < len(group):
+                    refused.extend(m for m in group if "_error" in m)
+        except _SIGNALLED:
+            taken = 0
+            for group in handed:
+                for m in group:
+                    if "_error" in m:
+                        del m["_error"]
+                    else:
+                        taken += 1
+            self._count_batched(taken)
+            raise
+        return refused
+
+    def _count_batched(self, n: int) -> None:
+        with self._count_lock:
+            self._batched += n
+
     def _produce_chunk(
         self,
         topic: str,
@@ -153,30 +201,24 @@ class Batching(Producing):
         else:
             report = self._reporter(cb)
             batch = self._produce_batch_reported
-        for p, group in groups.items():
-            try:
-                queued = batch(topic, group, partition=p, on_delivery=report)
-            except TypeError:  # a bad value: refused before anything was queued
-                queued = 0
-                for m in group:
-                    m["_error"] = None
-            except BufferError:
-                # Those refused carry '_error' (queued ones do not); none marked: all refused.
-                queued = 0
-                if not any("_error" in m for m in group):
-                    for m in group:
-                        m["_error"] = None
-            if queued < len(group):
-                left.extend(m for m in group if "_error" in m)
+        left.extend(self._hand_groups(topic, groups, batch, report))
         # Refused by the client (queue full, partition unknown to it yet, too large, a bad
-        # value): each takes the single path, already counted in, and waits or raises there.
-        for m in left:
+        # value): each takes the single path, counted in with the chunk, and waits or raises
+        # there.
+        taken = k - len(left)  # by the client, in the calls per partition
+        for j, m in enumerate(left):
             m.pop("_error", None)
             try:
                 self._produce_with_record(topic, m["value"], None, None, cb, None)
             except Exception as exc:
                 index = next(i for i, x in enumerate(chunk) if x is m)
                 refused.append((start + index, exc))
-        with self._count_lock:
-            self._batched += k - (len(refused) - refused_before)
+            except _SIGNALLED:
+                # This one was counted in if the client took it (see _taken_when_interrupted);
+                # those before it that were not refused are accepted; the rest are not.
+                for x in left[j + 1 :]:
+                    x.pop("_error", None)
+                self._count_batched(taken + j - (len(refused) - refused_before))
+                raise
+        self._count_batched(k - (len(refused) - refused_before))
         return True
