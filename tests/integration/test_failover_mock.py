@@ -584,6 +584,123 @@ def test_ctrl_c_as_the_client_takes_a_retry_leaves_its_attempt_standing(
         assert p.close() == []
 
 
+@contextlib.contextmanager
+def interrupted_while_the_queue_is_full(p: FailoverProducer) -> Iterator[list[int]]:
+    """Inside the block, the producer's polls while it waits for room in the client's full
+    queue (``_retry_queue_full``) get KeyboardInterrupt as they return: where a Ctrl-C that
+    comes during the wait is raised. Yields the count of those polls."""
+    import _thread
+    import sys
+
+    poll = p._poll_client
+    polls: list[int] = []
+
+    def poll_then_interrupted(timeout: float) -> int:
+        n = poll(timeout)
+        if sys._getframe(1).f_code.co_name == "_retry_queue_full":
+            polls.append(n)
+            _thread.interrupt_main()
+        return n
+
+    p._poll_client = poll_then_interrupted  # type: ignore[method-assign]  # the test's
+    try:
+        yield polls
+    finally:
+        p._poll_client = poll  # type: ignore[method-assign]
+
+
+def test_ctrl_c_while_a_first_attempt_waits_for_a_full_queue_leaves_it_not_accepted(
+    mock: MockCluster,
+) -> None:
+    """A message the client's full queue refused (one with headers: the core's dispatch)
+    waits for room; a Ctrl-C meanwhile leaves it not accepted (the client never took it):
+    not counted, never delivered, not handed back by close(); the message before it is."""
+    outcomes: dict[bytes, list[Any]] = {}
+
+    def cb(err: Any, msg: Any) -> None:
+        outcomes.setdefault(msg.value(), []).append(err)
+
+    p = producer(mock, ready=TOPIC, conf={"queue.buffering.max.messages": 1})
+    try:
+        p.produce(TOPIC, b"queued", on_delivery=cb)
+        with interrupted_while_the_queue_is_full(p) as polls, pytest.raises(KeyboardInterrupt):
+            p.produce(TOPIC, b"refused", headers=[("h", b"1")], on_delivery=cb)
+        assert len(polls) == 1
+        assert p.flush(10) == 0
+        assert outcomes == {b"queued": [None]}
+        stats = p.statistics()
+        assert (stats.produced, stats.delivered, stats.in_flight) == (1, 1, 0)
+    finally:
+        assert p.close() == []
+
+
+def test_ctrl_c_while_a_retry_waits_for_a_full_queue_keeps_it_waiting(
+    mock: MockCluster,
+) -> None:
+    """A retry the client's full queue refused waits for room; a Ctrl-C meanwhile puts it
+    back in the failed buffer (it was accepted long before), from where it is delivered
+    once; the message produce() was given was not accepted (the signal came first)."""
+    outcomes: dict[bytes, list[Any]] = {}
+
+    def cb(err: Any, msg: Any) -> None:
+        outcomes.setdefault(msg.value(), []).append(err)
+
+    p = producer(mock, ready=TOPIC, retry_backoff_s=0.3, conf={"queue.buffering.max.messages": 1})
+    try:
+        mock.push_broker_errors(leaders(p)[0], NOT_ENOUGH_REPLICAS, 1)
+        p.produce(TOPIC, b"retried", partition=0, on_delivery=cb)
+        wait_for(
+            lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 1,
+            10,
+            "the refusal",
+        )
+        p.produce(TOPIC, b"filler", on_delivery=cb)  # the queue's one place
+        time.sleep(0.4)  # the retry is due
+        with interrupted_while_the_queue_is_full(p) as polls, pytest.raises(KeyboardInterrupt):
+            p.produce(TOPIC, b"given", on_delivery=cb)
+        assert len(polls) == 1
+        assert p.statistics().failed_buffer_depth == 1  # the retry, waiting again
+        assert p.flush(10) == 0
+        assert outcomes == {b"retried": [None], b"filler": [None]}
+        stats = p.statistics()
+        assert (stats.produced, stats.delivered, stats.in_flight) == (2, 2, 0)
+    finally:
+        assert p.close() == []
+
+
+def test_a_retry_that_waits_for_a_full_queue_is_counted_once_rerouted(
+    mock: MockCluster,
+) -> None:
+    """A retry the client's full queue refused waits for room, then goes: delivered once,
+    and its move off the partition that refused it counted as a reroute, as any retry's."""
+    outcomes: dict[bytes, list[Any]] = {}
+
+    def cb(err: Any, msg: Any) -> None:
+        outcomes.setdefault(msg.value(), []).append((err, msg.partition()))
+
+    p = producer(mock, ready=TOPIC, retry_backoff_s=0.3, conf={"queue.buffering.max.messages": 1})
+    try:
+        mock.push_broker_errors(leaders(p)[0], NOT_ENOUGH_REPLICAS, 1)
+        p.produce(TOPIC, b"retried", partition=0, on_delivery=cb)
+        wait_for(
+            lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 1,
+            10,
+            "the refusal",
+        )
+        p.produce(TOPIC, b"filler", on_delivery=cb)  # the queue's one place
+        time.sleep(0.4)  # the retry is due
+        p.produce(TOPIC, b"given", on_delivery=cb)
+        assert p.flush(10) == 0
+        assert sorted(outcomes) == [b"filler", b"given", b"retried"]
+        [(err, partition)] = outcomes[b"retried"]
+        assert err is None
+        assert partition != 0
+        stats = p.statistics()
+        assert (stats.produced, stats.delivered, stats.retries, stats.rerouted) == (3, 3, 1, 1)
+    finally:
+        assert p.close() == []
+
+
 def test_ctrl_c_during_flush_loses_nothing(mock: MockCluster) -> None:
     import _thread
     import threading

@@ -341,7 +341,7 @@ class Routing(Delivering):
         rec._attempts -= 1
         rec._partition = previous
         if isinstance(exc, BufferError):
-            if not self._retry_queue_full(rec, partition, first, previous):
+            if not self._retry_queue_full(rec, exc, partition, first, previous):
                 self._wait(rec, exc)
             return
         if first and rec._entry is None:
@@ -364,8 +364,11 @@ class Routing(Delivering):
         logger.error("producing a retried message to %s failed: %r", rec._m[0], exc)
         self._fail_finally(rec, exc)
 
-    def _retry_queue_full(self, rec: _Record, partition: int, first: bool, previous: int) -> bool:
-        """librdkafka's queue is full: serve callbacks and try again, within produce_timeout_s."""
+    def _retry_queue_full(
+        self, rec: _Record, full: BufferError, partition: int, first: bool, previous: int
+    ) -> bool:
+        """librdkafka's queue is full (``full``, its refusal): serve callbacks and try again,
+        within produce_timeout_s. False: still full (``rec`` as before the first try)."""
         if self._in_callback():
             return False
         topic, value, key, headers, timestamp = rec._m
@@ -376,18 +379,21 @@ class Routing(Delivering):
                 self._poll_client(0.01)
             except _SIGNALLED:
                 if rec._entry is not None:
-                    self._wait(rec, BufferError())  # a retry keeps its place; a first attempt
+                    self._wait(rec, full)  # a retry keeps its place; a first attempt
                 raise  # was not accepted
             rec._partition = partition
             rec._attempts += 1
             try:
                 produce(topic, value, key, partition, rec, None, timestamp or 0, headers)
-                return True
             except BufferError:
                 rec._attempts -= 1
+                rec._partition = previous
+                continue
             except _SIGNALLED:
                 self._taken_when_interrupted(first, previous, partition)
                 raise
+            self._core.sent(previous, partition)  # as _dispatch counts an attempt it made
+            return True
         return False
 
     def _service(self) -> None:
