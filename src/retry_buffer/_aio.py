@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 from ._core import Accounting, check_timeout
 from ._dispatch import FinalFailureCallback, report_finals
 from ._errors import BufferClosed, InflowTimeout, InvalidArgument
-from ._model import Entry, RetryPolicy, Statistics
+from ._model import Entry, RetryPolicy, Statistics, _AdmittedEntry
 
 __all__ = ["AsyncMerger", "AsyncRetryBuffer"]
 
@@ -25,7 +25,7 @@ T = TypeVar("T")
 class AsyncRetryBuffer(Generic[T]):
     """Inflow gate, failed buffer and retry policy for asyncio producers (loop thread only)."""
 
-    __slots__ = ("_core", "_on_final_failure", "_waiters", "delivered", "try_admit")
+    __slots__ = ("_core", "_on_final_failure", "_waiters", "delivered", "try_admit", "try_enter")
 
     delivered: Callable[[Entry[T]], None]
     """``delivered(entry)``: final success, ``entry`` is counted out. A second outcome raises.
@@ -38,6 +38,12 @@ class AsyncRetryBuffer(Generic[T]):
     """``try_admit(item)``: count ``item`` in if there is room now; ``None`` otherwise.
 
     The accounting core's own method: with no lock to take, the shell adds nothing to it.
+    """
+
+    try_enter: Callable[[Entry[T]], bool]
+    """``try_enter(entry)``: ``try_admit`` for an entry the sender made, new, of an ``Entry``
+    subclass that is its own item (one object per message instead of two); False while at the
+    limit. The accounting core's own method.
     """
 
     def __init__(
@@ -60,6 +66,7 @@ class AsyncRetryBuffer(Generic[T]):
         self._waiters: list[asyncio.Future[None]] = []
         self.delivered = self._core.delivered
         self.try_admit = self._core.try_admit
+        self.try_enter = self._core.try_enter
 
     @property
     def limit(self) -> int:
@@ -103,15 +110,22 @@ class AsyncRetryBuffer(Generic[T]):
 
     async def admit(self, item: T, timeout: float | None = None) -> Entry[T]:
         """Count ``item`` in, waiting up to ``timeout`` seconds (None: no bound) for room."""
+        entry: Entry[T] = _AdmittedEntry()
+        entry._item = item
+        await self.enter(entry, timeout)
+        return entry
+
+    async def enter(self, entry: Entry[T], timeout: float | None = None) -> None:
+        """``admit`` for an entry the sender made (see ``try_enter``)."""
         if timeout is not None:
             try:  # a quick test for the usual case; check_timeout says what is wrong
                 if not timeout >= 0.0:  # a float compare specializes
                     check_timeout(timeout)
             except TypeError:
                 check_timeout(timeout)
-        entry = self._core.try_admit(item)
-        if entry is not None:
-            return entry
+        try_enter = self._core.try_enter
+        if try_enter(entry):
+            return
         if timeout == 0:
             raise InflowTimeout(limit=self._core.limit, timeout_s=0)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -121,9 +135,8 @@ class AsyncRetryBuffer(Generic[T]):
                 assert timeout is not None
                 raise InflowTimeout(limit=self._core.limit, timeout_s=timeout)
             await self._wait_change(remaining)
-            entry = self._core.try_admit(item)
-            if entry is not None:
-                return entry
+            if try_enter(entry):
+                return
 
     async def admit_many(self, items: Sequence[T], timeout: float | None = None) -> list[Entry[T]]:
         """Admit the longest prefix of ``items`` that fits, waiting for room for at least one."""

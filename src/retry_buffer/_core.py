@@ -175,18 +175,25 @@ class Accounting(Generic[T]):
 
     def try_admit(self, item: T) -> Entry[T] | None:
         """Count ``item`` in and return its entry, or ``None`` while at the limit."""
+        # Entry.__init__'s fields, set without its frame (here and in try_enter): this is the
+        # hot path.
+        entry: Entry[T] = _AdmittedEntry()
+        entry._item = item
+        return entry if self.try_enter(entry) else None
+
+    def try_enter(self, entry: Entry[T]) -> bool:
+        """``try_admit`` for an entry the sender made, new, of an ``Entry`` subclass that is
+        its own item (its ``item`` property returns itself): one object per message instead
+        of two. Counts it in and sets its fields; False while at the limit."""
         live = self._live
         n = len(live) if self._held is None else self._held() + self._failed_depth
         if n >= self._gate:
             if self.closed:
                 raise BufferClosed("cannot admit: the buffer is closed")
-            return None
+            return False
         seq = self._next_seq
         self._next_seq = seq + 1
         clock = self._clock  # a local call specializes; self._clock() would not
-        # Entry.__init__'s fields, set here without its frame: this is the hot path.
-        entry: Entry[T] = _AdmittedEntry()
-        entry.item = item
         entry.seq = seq
         entry.attempts = 1
         entry.admitted_at = clock()
@@ -194,7 +201,7 @@ class Accounting(Generic[T]):
         live[seq] = entry
         if n >= self._peak_in_flight:
             self._peak_in_flight = n + 1
-        return entry
+        return True
 
     def adopt(self, item: T) -> Entry[T]:
         """Give an entry, without looking for room, to ``item``, which the sender holds and

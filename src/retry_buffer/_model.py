@@ -87,16 +87,16 @@ class Entry(Generic[T]):
         "_due_at",
         "_failed_order",
         "_first_failure_at",
+        "_item",
         "_last_error",
         "_possibly_duplicated",
         "_state",
         "admitted_at",
         "attempts",
-        "item",
         "seq",
     )
 
-    item: T
+    _item: T
     seq: int
     attempts: int
     admitted_at: float
@@ -108,11 +108,17 @@ class Entry(Generic[T]):
     _failed_order: int  # likewise: failure order, to hand out the oldest due entry first
 
     def __init__(self, item: T, seq: int, admitted_at: float) -> None:
-        self.item = item
+        self._item = item
         self.seq = seq
         self.attempts = 1
         self.admitted_at = admitted_at
         self._state = _SENT
+
+    @property
+    def item(self) -> T:
+        """The message this entry counts. A sender's own entry class (see ``try_enter``) may
+        give itself: one object per message."""
+        return self._item
 
     @property
     def first_failure_at(self) -> float | None:

@@ -137,6 +137,12 @@ class RetryBuffer(Generic[T]):
         with self._lock:
             return self._core.try_admit(item)
 
+    def try_enter(self, entry: Entry[T]) -> bool:
+        """``try_admit`` for an entry the sender made, new, of an ``Entry`` subclass that is
+        its own item (one object per message instead of two); False while at the limit."""
+        with self._lock:
+            return self._core.try_enter(entry)
+
     def admit_many(self, items: Sequence[T], timeout: float | None = None) -> list[Entry[T]]:
         """Admit the longest prefix of ``items`` that fits, waiting for room for at least one.
 

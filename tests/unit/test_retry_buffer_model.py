@@ -46,6 +46,20 @@ policies = st.builds(
 )
 
 
+class OwnEntry(Entry[int]):
+    """An entry the sender makes for its message (here an int it keeps), as a sender whose
+    message object is its own entry does."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    @property
+    def item(self) -> int:
+        return self.n
+
+
 class RetryBufferMachine(RuleBasedStateMachine):
     buf: RetryBuffer[int]
 
@@ -83,14 +97,19 @@ class RetryBufferMachine(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------------------
 
-    @rule()
-    def admit(self) -> None:
+    @rule(own=st.booleans())
+    def admit(self, own: bool) -> None:
+        """``own``: the sender makes the entry (``try_enter``), else the buffer (``try_admit``)."""
         item = self.next_item
+        made = OwnEntry(item) if own else None
         if self.closed:
             with pytest.raises(BufferClosed):
-                self.buf.try_admit(item)
+                self.buf.try_admit(item) if made is None else self.buf.try_enter(made)
             return
-        entry = self.buf.try_admit(item)
+        if made is None:
+            entry = self.buf.try_admit(item)
+        else:
+            entry = made if self.buf.try_enter(made) else None
         in_flight = len(self.sent) + len(self.queued)
         if in_flight >= self.limit:
             assert entry is None

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from failover_partitioner.aio._lanes import Message
 from failover_partitioner.errors import ProducerClosed, ProduceTimeout
-from retry_buffer import AsyncRetryBuffer, BufferClosed, Entry, InflowTimeout
+from retry_buffer import AsyncRetryBuffer, BufferClosed, InflowTimeout
 
 __all__ = ["admit_waiting"]
 
@@ -22,23 +22,23 @@ async def admit_waiting(
     msg: Message,
     timeout_s: float,
     service: Callable[[], object],
-) -> Entry[Message]:
-    """Admit ``msg`` once there is room, calling ``service`` (re-send due failed messages)
+) -> None:
+    """Count ``msg`` in once there is room, calling ``service`` (re-send due failed messages)
     first each time; :class:`ProduceTimeout` after ``timeout_s`` seconds (the message not
     accepted), :class:`ProducerClosed` if the producer stops meanwhile."""
     deadline = time.monotonic() + timeout_s
     while True:
         service()
         try:
-            entry = buffer.try_admit(msg)
-            if entry is not None:
-                return entry
+            if buffer.try_enter(msg):
+                return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProduceTimeout(msg.undelivered(None), limit=buffer.limit, timeout_s=timeout_s)
             due_in = buffer.next_due_in()
             wait = remaining if due_in is None else min(remaining, max(due_in, 0.001))
-            return await buffer.admit(msg, timeout=wait)
+            await buffer.enter(msg, timeout=wait)
+            return
         except InflowTimeout:
             continue
         except BufferClosed:

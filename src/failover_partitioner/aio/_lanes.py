@@ -23,13 +23,12 @@ __all__ = ["Batch", "Headers", "Lane", "Lanes", "Message"]
 Headers = list[tuple[str, bytes | None]]
 
 
-class Message:
-    """One accepted message and where its current attempt stands."""
+class Message(Entry["Message"]):
+    """One accepted message and where its current attempt stands; its own retry-buffer entry
+    (``AsyncRetryBuffer.try_enter``: one object per message, not a message and an entry)."""
 
     __slots__ = (
-        "attempts",
         "dup",
-        "entry",
         "future",
         "headers",
         "key",
@@ -38,6 +37,7 @@ class Message:
         "solo",
         "timestamp",
         "topic",
+        "tries",
         "value",
     )
 
@@ -50,18 +50,28 @@ class Message:
         timestamp: int | None,
         future: asyncio.Future[Any],
     ) -> None:
+        # The entry's own fields are the buffer's to set (try_enter).
         self.topic = topic
         self.value = value
         self.key = key
         self.headers = headers
         self.timestamp = timestamp
         self.future = future
-        self.entry: Entry[Message] | None = None
         self.partition = -1
-        self.attempts = 0
+        self.tries = 0  # attempts handed to a lane (the entry's attempts count the buffer's)
         self.dup = False  # an earlier attempt may have been written
         self.sent = False  # handed to aiokafka, no answer yet
         self.solo = False  # must travel in a batch of its own
+
+    @property
+    def item(self) -> Message:
+        return self
+
+    def __repr__(self) -> str:  # (Entry's shows its item: this one)
+        return (
+            f"Message(topic={self.topic!r}, partition={self.partition}, tries={self.tries}, "
+            f"key={self.key!r}, value={self.value!r})"
+        )
 
     def undelivered(self, last_error: object) -> UndeliveredMessage:
         return UndeliveredMessage(
@@ -70,7 +80,7 @@ class Message:
             key=self.key,
             headers=None if self.headers is None else tuple(self.headers),
             timestamp=self.timestamp,
-            attempts=self.attempts,
+            attempts=self.tries,
             last_error=last_error,
             possibly_delivered=self.dup or self.sent,
         )
@@ -234,13 +244,7 @@ class Lanes:
         if md is None:  # acks=0: no offsets
             for m in batch.messages:
                 m.sent = False
-                # A message and its entry refer to each other: let go of the entry, so that
-                # both are freed as soon as the batch is, not by Python's cyclic garbage
-                # collector (whose collections walked every message in flight: freed by
-                # count, 1.17x the send rate).
-                entry, m.entry = m.entry, None
-                assert entry is not None
-                delivered(entry)
+                delivered(m)
                 if not m.future.done():
                     m.future.set_result(None)
             return
@@ -253,9 +257,7 @@ class Lanes:
         topic, partition, tp = lane.topic, lane.partition, lane.tp
         for i, m in enumerate(batch.messages):
             m.sent = False
-            entry, m.entry = m.entry, None  # (see above)
-            assert entry is not None
-            delivered(entry)
+            delivered(m)
             f = m.future
             if not f.done():
                 f.set_result(

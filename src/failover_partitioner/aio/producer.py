@@ -306,13 +306,11 @@ class AsyncFailoverProducer:
             await self._first_metadata(topic)
             if self._state != _RUNNING:
                 raise self._not_running(topic)
-        entry = self._buffer.try_admit(msg)
-        if entry is None:  # at the in-flight limit
-            entry = await admit_waiting(self._buffer, msg, self._produce_timeout_s, self._service)
-        msg.entry = entry
+        if not self._buffer.try_enter(msg):  # at the in-flight limit
+            await admit_waiting(self._buffer, msg, self._produce_timeout_s, self._service)
         if self._message_id_header is not None:
             assert msg.headers is not None  # made a list in _checked_message
-            msg.headers.append((self._message_id_header, b"%s-%d" % (self._id_prefix, entry.seq)))
+            msg.headers.append((self._message_id_header, b"%s-%d" % (self._id_prefix, msg.seq)))
         self._dispatch(msg)
         return msg.future
 
@@ -353,19 +351,18 @@ class AsyncFailoverProducer:
                 p = core.route(topic, None)
         else:
             p = core.route(topic, msg.key, len(msg.value or b"") if self._count_bytes else 0)
-        assert msg.entry is not None
         if p < 0:
             if p == NO_TOPIC:
                 error = UnknownTopicOrPartitionError(
                     f"topic {topic!r} does not exist (per cluster metadata)"
                 )
-                core.end(msg.entry, error)
-            elif core.hold(msg.entry, topic, p):
+                core.end(msg, error)
+            elif core.hold(msg, topic, p):
                 self._retry_wake.set()
             return
         core.sent(msg.partition, p)
         msg.partition = p
-        msg.attempts += 1
+        msg.tries += 1
         assert self._lanes is not None
         self._lanes.append(topic, p, msg)
 
@@ -381,7 +378,7 @@ class AsyncFailoverProducer:
             assert self._lanes is not None
             for m in self._lanes.withdraw(lane.topic, lane.partition):
                 m.partition = -1  # never sent there: no attempt, no reroute
-                m.attempts -= 1
+                m.tries -= 1
                 self._dispatch(m)
         if heed.refresh:
             if meta is not None:
@@ -393,9 +390,8 @@ class AsyncFailoverProducer:
         queued = False
         for m in batch.messages:
             m.sent = False
-            assert m.entry is not None
             # A batch refused for one record's sake is split: its messages are tried alone.
-            verdict = failed(m.entry, exc, ec, batch_size=size, alone=m.solo)
+            verdict = failed(m, exc, ec, batch_size=size, alone=m.solo)
             m.solo = verdict.alone
             if verdict.possibly_persisted:
                 m.dup = True
@@ -405,7 +401,6 @@ class AsyncFailoverProducer:
 
     def _on_final_failure(self, entry: Entry[Message], error: object) -> None:
         msg = entry.item
-        msg.entry = None  # the message and its entry refer to each other (see Lanes._batch_done)
         if entry.possibly_duplicated:
             msg.dup = True
         exc = error if isinstance(error, BaseException) else FailoverError(repr(error))
