@@ -70,6 +70,49 @@ def test_async_admit_timeout_and_close() -> None:
     asyncio.run(main())
 
 
+class OwnEntry(Entry["OwnEntry"]):
+    """A sender's message object that is its own entry (see ``try_enter``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    @property
+    def item(self) -> OwnEntry:
+        return self
+
+
+def test_an_entry_the_sender_made_is_counted_in_as_an_admitted_one() -> None:
+    """``try_enter`` / ``enter``: the same gate, waits and outcomes as ``admit``, for an entry
+    the sender made; the buffer hands back that very object."""
+
+    async def main() -> None:
+        buf: AsyncRetryBuffer[OwnEntry] = AsyncRetryBuffer(max_in_flight=1)
+        first, second, third = OwnEntry("a"), OwnEntry("b"), OwnEntry("c")
+        assert buf.try_enter(first)
+        assert (first.seq, first.attempts, first.item) == (0, 1, first)
+        assert not buf.try_enter(second)
+        with pytest.raises(InflowTimeout, match=r"timeout=0\.02"):
+            await buf.enter(second, timeout=0.02)
+        waiter = asyncio.ensure_future(buf.enter(second, timeout=10.0))
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        buf.delivered(first)
+        await waiter
+        assert second.seq == 1
+        assert buf.failed(second, "NotEnoughReplicasError", retriable=True)
+        assert buf.take_failed() is second
+        assert not buf.try_enter(third)  # the retry still counts
+        assert buf.close() == [second]
+        with pytest.raises(BufferClosed):
+            buf.try_enter(third)
+        stats = buf.statistics()
+        assert (stats.admitted, stats.delivered, stats.returned_on_close) == (2, 1, 1)
+
+    asyncio.run(main())
+
+
 def test_async_merger_single_task_fails_and_resends_everything() -> None:
     async def source() -> AsyncIterator[int]:
         for i in range(100):

@@ -152,6 +152,7 @@ def test_documented_names_are_exported() -> None:
     for method in (
         "admit",
         "try_admit",
+        "try_enter",
         "delivered",
         "failed",
         "take_failed",
@@ -160,7 +161,7 @@ def test_documented_names_are_exported() -> None:
         "close",
         "statistics",
     ):
-        # On instances: delivered (and AsyncRetryBuffer.try_admit) are the core's own methods,
-        # set per buffer.
+        # On instances: delivered (and AsyncRetryBuffer.try_admit, try_enter) are the core's own
+        # methods, set per buffer.
         assert callable(getattr(RetryBuffer(), method))
         assert callable(getattr(AsyncRetryBuffer(), method))
