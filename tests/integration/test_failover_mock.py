@@ -820,6 +820,44 @@ def test_list_headers_survive_re_producing_and_callbacks_fire_once(mock: MockClu
     assert all(m.headers() == [("src", b"orders"), ("offset", m.value()[1:])] for m in records)
 
 
+@pytest.mark.parametrize("strategy", ["sticky", "round_robin"])
+def test_headers_without_a_callback_survive_re_producing(mock: MockCluster, strategy: str) -> None:
+    """Headers with nobody to call back go to the client without a record (the default
+    strategy's healthy path, or after the core routed them), the copy the report's partial
+    keeps standing in for a failure report's missing headers: the messages every broker
+    refused at first are produced again with their own headers, each delivered once."""
+    p = producer(mock, ready=TOPIC, strategy=strategy)
+    for broker in (1, 2, 3):
+        mock.push_broker_errors(broker, NOT_ENOUGH_REPLICAS, 5)
+    n = 300
+    for i in range(n):
+        headers = [("offset", b"%d" % i)]
+        p.produce(TOPIC, b"m%d" % i, headers=headers)
+        headers.append(("after", b"produce"))  # the caller's list is its own again
+    assert p.flush(30) == 0
+    stats = p.statistics()
+    assert p.close() == []
+    assert (stats.produced, stats.delivered) == (n, n)
+    assert stats.retries >= 1
+    records = consume_all(mock, n)
+    assert sorted(m.value() for m in records) == sorted(b"m%d" % i for i in range(n))
+    assert all(m.headers() == [("offset", m.value()[1:])] for m in records)
+
+
+def test_headers_without_a_callback_come_back_with_close(mock: MockCluster) -> None:
+    """Messages with headers the client holds, sent without a record, are handed back by
+    close() with their headers: the report's partial kept the copy a purge report lacks."""
+    p = producer(mock, ready=TOPIC, strategy="sticky")
+    for broker in (1, 2, 3):
+        mock.broker_down(broker)
+    for i in range(10):
+        p.produce(TOPIC, b"m%d" % i, headers=[("offset", b"%d" % i)])
+    left = p.close(timeout=0.2)
+    assert sorted((m.value, m.headers) for m in left) == sorted(
+        (b"m%d" % i, (("offset", b"%d" % i),)) for i in range(10)
+    )
+
+
 @pytest.mark.parametrize(
     ("bad", "match"),
     [

@@ -54,8 +54,11 @@ class Delivering(Clients):
         else:
             self._core.sent(previous, partition)
 
-    def _report_keeping(self, headers: None, timestamp: int, err: Any, msg: Any) -> None:
-        """``_report`` for a message with a timestamp, which a failure report lacks."""
+    def _report_keeping(
+        self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any
+    ) -> None:
+        """``_report`` for a message with headers or a timestamp, which a failure report
+        lacks."""
         try:
             if err is not None:
                 self._failed_without_record(None, err, msg, headers, timestamp)

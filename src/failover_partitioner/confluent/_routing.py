@@ -15,17 +15,19 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import KafkaError
 
-from failover_partitioner._message import DeliveryGroup, UndeliveredMessage
+from failover_partitioner._message import DeliveryGroup, Headers, UndeliveredMessage
 from failover_partitioner.choose import CLIENT_PARTITIONER, PartitionChooser
 from failover_partitioner.confluent._delivering import Delivering
 from failover_partitioner.confluent._shared import (
     _ANY_PARTITION,
+    _OFF,
     _SIGNALLED,
     DeliveryCallback,
     _check_header_items,
     _ErrorsOnly,
     _GroupReport,
     _kafka_error,
+    _kept_headers,
     _key_bytes,
     _normalise_headers,
     _partial,
@@ -55,8 +57,20 @@ class Routing(Delivering):
         timestamp: int | None,
         partition: int | None,
     ) -> None:
-        """``produce`` off the healthy path: the core routes the message (the keyless common
-        case through the chooser's own rotation)."""
+        """``produce`` off its inline healthy path: the core routes the message (the keyless
+        common case through the chooser's own rotation). A header list nobody is called back
+        for, to a topic the client places for (whole, sticky): the healthy path still, the
+        headers kept for a failure's rebuild (the inline path is kept to messages without)."""
+        if (
+            type(headers) is list
+            and on_delivery is None
+            and timestamp is None
+            and partition is None
+            and self._lanes.get(topic, _OFF) is None
+        ):
+            kept = _kept_headers(headers, topic)
+            self._send_rebuildable(topic, value, key, _ANY_PARTITION, None, None, kept)
+            return
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
         if on_delivery is not None and self._quiet is not None and not self._end_quiet():
@@ -131,21 +145,10 @@ class Routing(Delivering):
         """Send a first attempt the core routed to ``p``, with no record where none is needed."""
         if p < 0:
             p = _ANY_PARTITION
-        if headers is None:
-            if on_delivery is None and self._plain:
-                self._send_rebuildable(topic, value, key, p, None, timestamp)
-                return
-            kept = None
-        else:
-            # The client checks values but writes any name as str(name) (a bytes
-            # name becomes "b'...'"): refuse that here, as the checked path does.
-            try:
-                for name, _ in headers:
-                    if type(name) is not str:
-                        raise TypeError
-            except (TypeError, ValueError):
-                _normalise_headers(headers, topic)  # raises, naming the pair
-            kept = headers
+        kept = None if headers is None else _kept_headers(headers, topic)
+        if on_delivery is None and self._plain:
+            self._send_rebuildable(topic, value, key, p, None, timestamp, kept)
+            return
         if isinstance(on_delivery, DeliveryGroup):
             # No record: the group hears of a first-attempt delivery without a report,
             # and a failure is rebuilt from the client's (see DeliveryGroup).
@@ -155,8 +158,6 @@ class Routing(Delivering):
                 report = _GroupReport(self, on_delivery)
                 on_delivery._client_report = weakref.ref(report)
             if kept is not None or timestamp is not None:
-                if kept is not None:
-                    kept = kept[:]  # the caller may reuse its list; a retry needs these
                 report = _partial(_GroupReport.keeping, report, kept, timestamp)
             try:
                 self._produce_reported(topic, value, key, p, report, None, timestamp or 0, kept)
@@ -170,8 +171,6 @@ class Routing(Delivering):
         if cb is not None and kept is None and timestamp is None and _rebuildable(value, key, cb):
             self._send_rebuildable(topic, value, key, p, cb)
             return
-        if kept is not None:
-            kept = kept[:]  # the caller may reuse its list; a retry needs these
         rec = self._record_cls()
         rec._cb = cb
         rec._entry = None
@@ -191,26 +190,32 @@ class Routing(Delivering):
         p: int,
         cb: DeliveryCallback | None,
         timestamp: int | None = None,
+        headers: Headers | None = None,
     ) -> None:
-        """Send a first attempt whose failure the client's report can rebuild (no headers; a
-        timestamp only without a callback, kept for a retry by the report's partial) without
-        a record: with the producer's own report when nobody listens, else with ``cb``'s (see
-        ``_report_for``). A full queue or a refusal: the record path waits or decides."""
+        """Send a first attempt whose failure the client's report can rebuild without a
+        record (headers and a timestamp only without a callback, kept for a retry by the
+        report's partial: a failure report has neither): with the producer's own report when
+        nobody listens, else with ``cb``'s (see ``_report_for``). A full queue or a refusal:
+        the record path waits or decides."""
         if cb is None:
             send = self._produce_raw
             sent = (
                 self._report_cb
-                if timestamp is None
-                else _partial(self._report_keeping, None, timestamp)
+                if timestamp is None and headers is None
+                else _partial(self._report_keeping, headers, timestamp)
             )
         else:
             send, sent = self._produce_reported, self._reporter(cb)
         try:
-            send(topic, value, key, p, sent, None, timestamp or 0)
+            send(topic, value, key, p, sent, None, timestamp or 0, headers)
         except (BufferError, confluent_kafka.KafkaException):
-            self._produce_with_record(topic, value, key, None, cb, timestamp)
+            self._produce_with_record(topic, value, key, headers, cb, timestamp)
         except _SIGNALLED:
             self._taken_when_interrupted(first=True)
+            raise
+        except TypeError as exc:
+            if headers is not None:
+                _check_header_items(headers, topic, exc)  # names a bad pair
             raise
 
     def _produce_with_record(

@@ -303,6 +303,19 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
     )
 
 
+def _kept_headers(headers: list[tuple[str, Any]], topic: str) -> Headers:
+    """A copy of a header list (the caller may reuse its list; a retry needs these), its names
+    checked: the client checks values but writes any name as str(name) (a bytes name becomes
+    "b'...'"), so a name that is not a str is refused here, as the checked path does."""
+    try:
+        for name, _ in headers:
+            if type(name) is not str:
+                raise TypeError
+    except (TypeError, ValueError):
+        _normalise_headers(headers, topic)  # raises, naming the pair
+    return headers[:]
+
+
 def _refusal_text(exc: confluent_kafka.KafkaException) -> str:
     error = exc.args[0] if exc.args else None
     return error.str() if isinstance(error, KafkaError) else str(exc)
