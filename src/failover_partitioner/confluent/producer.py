@@ -284,7 +284,8 @@ class FailoverProducer(Batching):
         # in-flight limit (a chunk must fit under it).
         self._batch_step = min(10_000, limit)
         # A message needs a record when someone must hear of it: a callback (its own or the
-        # default), or headers to keep for a retry (delivery reports do not carry them).
+        # default) or an id header to add. Without, its headers and timestamp are kept for a
+        # retry by its report's partial (a failure report does not carry them).
         self._plain = self._default_cb is None and opts.message_id_header is None
         # A record can be made inline in produce() (no headers to build, no wrapper needed).
         self._simple = opts.message_id_header is None and not self._only_errors
