@@ -553,6 +553,17 @@ def test_ctrl_c_as_the_client_takes_a_message_leaves_it_accepted(
         assert p.close() == []
 
 
+def a_retry_waits(mock: MockCluster, p: FailoverProducer, cb: Any) -> None:
+    """Partition 0's leader refuses "retried" once: it waits in the failed buffer."""
+    mock.push_broker_errors(leaders(p)[0], NOT_ENOUGH_REPLICAS, 1)
+    p.produce(TOPIC, b"retried", partition=0, on_delivery=cb)
+    wait_for(
+        lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 1,
+        10,
+        "the refusal",
+    )
+
+
 def test_ctrl_c_as_the_client_takes_a_retry_leaves_its_attempt_standing(
     mock: MockCluster,
 ) -> None:
@@ -566,13 +577,7 @@ def test_ctrl_c_as_the_client_takes_a_retry_leaves_its_attempt_standing(
 
     p = producer(mock, ready=TOPIC, retry_backoff_s=0.5)
     try:
-        mock.push_broker_errors(leaders(p)[0], NOT_ENOUGH_REPLICAS, 1)
-        p.produce(TOPIC, b"retried", partition=0, on_delivery=cb)
-        wait_for(
-            lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 1,
-            10,
-            "the refusal",
-        )
+        a_retry_waits(mock, p, cb)
         time.sleep(0.6)  # the retry is due
         with interrupted_as_it_returns(p, "_produce_reported"), pytest.raises(KeyboardInterrupt):
             p.produce(TOPIC, b"given", on_delivery=cb)
@@ -634,6 +639,21 @@ def test_ctrl_c_while_a_first_attempt_waits_for_a_full_queue_leaves_it_not_accep
         assert p.close() == []
 
 
+def a_retry_due_behind_a_full_queue(mock: MockCluster, cb: Any) -> FailoverProducer:
+    """A producer whose client queue holds one message: "retried" (to partition 0, whose
+    leader refuses it once) waits in the failed buffer, due; "filler" takes the queue's one
+    place."""
+    p = producer(mock, ready=TOPIC, retry_backoff_s=0.3, conf={"queue.buffering.max.messages": 1})
+    try:
+        a_retry_waits(mock, p, cb)
+        p.produce(TOPIC, b"filler", on_delivery=cb)
+        time.sleep(0.4)  # the retry is due
+    except BaseException:
+        p.close(0)
+        raise
+    return p
+
+
 def test_ctrl_c_while_a_retry_waits_for_a_full_queue_keeps_it_waiting(
     mock: MockCluster,
 ) -> None:
@@ -645,17 +665,8 @@ def test_ctrl_c_while_a_retry_waits_for_a_full_queue_keeps_it_waiting(
     def cb(err: Any, msg: Any) -> None:
         outcomes.setdefault(msg.value(), []).append(err)
 
-    p = producer(mock, ready=TOPIC, retry_backoff_s=0.3, conf={"queue.buffering.max.messages": 1})
+    p = a_retry_due_behind_a_full_queue(mock, cb)
     try:
-        mock.push_broker_errors(leaders(p)[0], NOT_ENOUGH_REPLICAS, 1)
-        p.produce(TOPIC, b"retried", partition=0, on_delivery=cb)
-        wait_for(
-            lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 1,
-            10,
-            "the refusal",
-        )
-        p.produce(TOPIC, b"filler", on_delivery=cb)  # the queue's one place
-        time.sleep(0.4)  # the retry is due
         with interrupted_while_the_queue_is_full(p) as polls, pytest.raises(KeyboardInterrupt):
             p.produce(TOPIC, b"given", on_delivery=cb)
         assert len(polls) == 1
@@ -678,17 +689,8 @@ def test_a_retry_that_waits_for_a_full_queue_is_counted_once_rerouted(
     def cb(err: Any, msg: Any) -> None:
         outcomes.setdefault(msg.value(), []).append((err, msg.partition()))
 
-    p = producer(mock, ready=TOPIC, retry_backoff_s=0.3, conf={"queue.buffering.max.messages": 1})
+    p = a_retry_due_behind_a_full_queue(mock, cb)
     try:
-        mock.push_broker_errors(leaders(p)[0], NOT_ENOUGH_REPLICAS, 1)
-        p.produce(TOPIC, b"retried", partition=0, on_delivery=cb)
-        wait_for(
-            lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 1,
-            10,
-            "the refusal",
-        )
-        p.produce(TOPIC, b"filler", on_delivery=cb)  # the queue's one place
-        time.sleep(0.4)  # the retry is due
         p.produce(TOPIC, b"given", on_delivery=cb)
         assert p.flush(10) == 0
         assert sorted(outcomes) == [b"filler", b"given", b"retried"]
