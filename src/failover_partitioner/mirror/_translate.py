@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from failover_partitioner.errors import classify
 
 from ._config import TopicRouter
 from ._errors import MirrorError
@@ -23,6 +25,9 @@ from ._provenance import provenance_of
 __all__ = ["PartitionTranslation", "TranslateError", "translate"]
 
 logger = logging.getLogger(__name__)
+
+# The pause before asking the cluster again after an error that passes (a leader moving).
+_ASK_AGAIN_S = 0.5
 
 
 class TranslateError(MirrorError):
@@ -139,9 +144,29 @@ def _read_syncs(reader: Consumer, topic: str, timeout_s: float) -> list[OffsetSy
     return out
 
 
+def _watermarks(reader: Consumer, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
+    """``tp``'s low and high watermarks, asked again while the cluster answers with an error
+    that passes (a leader moving: NOT_LEADER_FOR_PARTITION right after a broker comes back),
+    for up to ``timeout_s``; else a TranslateError that names the partition and the error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = reader.get_watermark_offsets(tp, timeout=timeout_s)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            passes = isinstance(err, KafkaError) and classify(err.code(), err.name()).retriable
+            if not passes or time.monotonic() + _ASK_AGAIN_S > deadline:
+                raise TranslateError(
+                    f"cannot read the offsets of {tp.topic}[{tp.partition}] on the target: {err}"
+                ) from exc
+            logger.info("%s[%d]: %s; asking again", tp.topic, tp.partition, err)
+            time.sleep(_ASK_AGAIN_S)
+
+
 def _read(reader: Consumer, tp: TopicPartition, start: int, timeout_s: float) -> list[Any]:
     """The messages of ``tp`` from ``start`` to its high watermark as of now."""
-    low, high = reader.get_watermark_offsets(tp, timeout=timeout_s)
+    low, high = _watermarks(reader, tp, timeout_s)
     start = max(start, low)
     if start >= high:
         return []
@@ -176,7 +201,7 @@ def _scan(
     timeout_s: float,
 ) -> PartitionTranslation:
     first = FirstUnread(source, committed)
-    _, high = reader.get_watermark_offsets(TopicPartition(target, q), timeout=timeout_s)
+    _, high = _watermarks(reader, TopicPartition(target, q), timeout_s)
     end = high
     for msg in _read(reader, TopicPartition(target, q), bound, timeout_s):
         first.see(msg.offset(), provenance_of(msg.headers(), compact=True) or _separate(msg))
