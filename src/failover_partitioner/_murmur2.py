@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["murmur2", "partition_for_key", "positive_murmur2", "to_positive"]
+__all__ = ["murmur2", "partition_for_key", "to_positive"]
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -53,28 +53,13 @@ def _py_partition_for_key(key: bytes, num_partitions: int) -> int:
     return (murmur2(key) & _POSITIVE) % num_partitions
 
 
-def _py_positive_murmur2(key: bytes) -> int:
-    return murmur2(key) & _POSITIVE
-
-
-def _select() -> tuple[Callable[[bytes, int], int], Callable[[bytes], int]]:
+def _select() -> Callable[[bytes, int], int]:
     try:
         from confluent_kafka import murmur2 as c_murmur2
     except ImportError:  # older confluent-kafka (< 2.13) or none: the Python reference
-        return _py_partition_for_key, _py_positive_murmur2
-
-    def c_positive(key: bytes) -> int:
-        # positive(h) % (2**31 - 1): equal to positive(h) except for one value in 2**31; used
-        # only as a seed for rendezvous hashing, where that does not matter.
-        return int(c_murmur2(key, _POSITIVE))
-
-    return c_murmur2, c_positive
+        return _py_partition_for_key
+    return c_murmur2
 
 
-partition_for_key: Callable[[bytes, int], int]
+partition_for_key: Callable[[bytes, int], int] = _select()
 """``partition_for_key(key, n)``: the partition Kafka's default partitioner gives ``key``."""
-
-positive_murmur2: Callable[[bytes], int]
-"""A non-negative 31-bit hash of ``key`` (used to seed rendezvous hashing)."""
-
-partition_for_key, positive_murmur2 = _select()

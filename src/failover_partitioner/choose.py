@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from failover_partitioner._murmur2 import partition_for_key, positive_murmur2
+from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.health import TopicView
 
@@ -82,6 +82,7 @@ KeyPolicy = Literal["failover", "strict"]
 _STRATEGIES: Final = ("round_robin", "sticky")
 _KEY_POLICIES: Final = ("failover", "strict")
 _M64: Final = 0xFFFFFFFFFFFFFFFF
+_POSITIVE: Final = 0x7FFFFFFF
 # Keys of unusable partitions are placed by their bucket (their hash modulo this): enough
 # buckets to spread them evenly, few enough to remember every bucket's place per view.
 _BUCKETS: Final = 1024
@@ -219,7 +220,6 @@ def _client_places(key: bytes) -> int:
 def _keyed_for(
     plan: _Plan,
     home: Callable[[bytes, int], int],
-    seed: Callable[[bytes], int],
     strict: bool,
     client: bool = False,
 ) -> Callable[[bytes], int]:
@@ -235,18 +235,24 @@ def _keyed_for(
     if client and not strict and len(usable) == n:
         return _client_places
 
+    # One hash gives both the home and the bucket: toPositive(murmur2) modulo n times the
+    # bucket count is that value modulo n (the home) and modulo the bucket count (the bucket)
+    # alike, as both divide it. (Under 2**31: fewer buckets past two million partitions.)
+    buckets = min(_BUCKETS, _POSITIVE // n)
+    span = n * buckets
     # A key whose home is out of use goes where its bucket's rendezvous hashing says: the
-    # winner of each of _BUCKETS buckets is worked out once per plan, on first need (a
-    # rendezvous over the usable partitions costs microseconds; a lookup, nanoseconds).
-    winners = [NO_PARTITION] * _BUCKETS
+    # winner of each bucket is worked out once per plan, on first need (a rendezvous over the
+    # usable partitions costs microseconds; a lookup, nanoseconds).
+    winners = [NO_PARTITION] * buckets
 
     def keyed(key: bytes) -> int:
-        p = home(key, n)
+        h = home(key, span)
+        p = h % n
         if mask[p]:
             return p
         if strict:
             return NO_PARTITION
-        bucket = seed(key) % _BUCKETS
+        bucket = h % buckets
         p = winners[bucket]
         if p < 0:
             p = winners[bucket] = rendezvous(bucket, usable)
@@ -272,7 +278,6 @@ class PartitionChooser:
         "_options",
         "_plan",
         "_rng",
-        "_seed",
         "_sticky_current",
         "_sticky_left_bytes",
         "_sticky_left_msgs",
@@ -290,7 +295,6 @@ class PartitionChooser:
         *,
         rng: random.Random | None = None,
         home: Callable[[bytes, int], int] = partition_for_key,
-        seed: Callable[[bytes], int] = positive_murmur2,
         client_sticky: bool = False,
         client_keyed: bool = False,
     ) -> None:
@@ -300,7 +304,6 @@ class PartitionChooser:
         self._client_sticky = client_sticky and self._options.client_can_stick
         self._rng = rng or random.Random()
         self._home = home
-        self._seed = seed
         self._strict = self._options.key_policy == "strict"
         self._sticky_current = NO_PARTITION
         self._sticky_left_msgs = 0
@@ -330,7 +333,7 @@ class PartitionChooser:
         plan = _Plan(view, self._options, self._rng, self._client_sticky)
         self._view = view
         self._plan = plan
-        self.keyed = _keyed_for(plan, self._home, self._seed, self._strict, self._client_keyed)
+        self.keyed = _keyed_for(plan, self._home, self._strict, self._client_keyed)
         if self._options.counts_bytes:
             self.next_keyless = self._sticky
         else:

@@ -360,3 +360,18 @@ def test_keys_of_an_unusable_partition_spread_and_stay_put_when_another_goes() -
     assert {after[k] for k in moved if before[k] == 4} <= {0, 2, 3, 5}
     chooser.update(view(6))
     assert all(chooser.keyed(k) == 1 for k in moved)
+
+
+@given(key=st.binary(max_size=40), partitions=st.integers(2, 300), displaced=st.booleans())
+def test_a_key_out_of_its_home_goes_to_its_buckets_winner(
+    key: bytes, partitions: int, displaced: bool
+) -> None:
+    """The documented rule (guarantees.md, Keyed messages): a key whose partition is out of use
+    goes to the rendezvous winner of its bucket, toPositive(murmur2(key)) modulo 1,024, over the
+    usable partitions; one hash of the key gives the home and the bucket alike."""
+    home = to_positive(murmur2(key)) % partitions
+    down = home if displaced else (home + 1) % partitions
+    chooser = PartitionChooser(view(partitions, down=frozenset({down})))
+    usable = tuple(p for p in range(partitions) if p != down)
+    bucket = to_positive(murmur2(key)) % 1024
+    assert chooser.keyed(key) == (rendezvous(bucket, usable) if displaced else home)
