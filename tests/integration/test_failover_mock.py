@@ -165,6 +165,50 @@ def test_the_healthy_path_reports_each_message_once_and_hands_failures_over(
     assert len(values) == 200 + 2 * n
 
 
+def test_a_quarantine_leaves_the_healthy_path_open_and_ends_with_a_fetch_of_then(
+    mock: MockCluster,
+) -> None:
+    """A partition's quarantine does not hold the producer off the healthy path while nothing
+    waits: messages go straight to the client over the other partitions (the keys of the
+    quarantined one elsewhere), not through the failover path for the whole back-off (up to
+    ``quarantine_max_s``, while the cluster stays as it is). When the back-off ends, a metadata
+    fetch comes then, not at the next periodic one, and releases the partition without a
+    ``produce()`` to look."""
+    p = producer(
+        mock,
+        ready=TOPIC,
+        quarantine_backoff_s=1.0,
+        metadata_refresh_s=60.0,
+        metadata_fast_refresh_s=60.0,
+    )
+    struck_at = time.monotonic()
+    p.report_failure(TOPIC, 0, KafkaError(NOT_ENOUGH_REPLICAS))
+    assert not p.usable(TOPIC, 0)
+    failover_path = 0
+    through = p._produce_failover
+
+    def counted(*args: Any) -> None:
+        nonlocal failover_path
+        failover_path += 1
+        through(*args)
+
+    p._produce_failover = counted  # type: ignore[method-assign,assignment]
+    reports = Reports()
+    for i in range(300):
+        p.produce(TOPIC, b"v%d" % i, key=b"k%d" % i if i % 2 else None, on_delivery=reports)
+    assert p.flush(30) == 0
+    assert time.monotonic() - struck_at < 1.0, "measured within the back-off"
+    # The first message after the strike looks (it ends the quarantine's attention); the rest
+    # take the healthy path.
+    assert failover_path <= 1, f"{failover_path} of 300 messages took the failover path"
+    outcomes = [o for each in reports.by_value.values() for o in each]
+    assert len(outcomes) == 300
+    assert all(err is None and part != 0 for err, part, _ in outcomes)
+    wait_for(lambda: p.usable(TOPIC, 0), timeout_s=3.0, what="partition 0 released")
+    assert time.monotonic() - struck_at >= 1.0
+    p.close()
+
+
 def test_a_callback_of_bytes_messages_gets_reports_read_from_the_clients(
     mock: MockCluster,
 ) -> None:

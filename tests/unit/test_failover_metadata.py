@@ -165,6 +165,29 @@ def test_schedule_refreshes_faster_while_quarantined_and_on_request() -> None:
     assert s.next_due_at() == pytest.approx(2.05)  # not sooner than min_gap_s after the last
 
 
+def test_schedule_keeps_a_fetch_asked_for_at_a_time_across_earlier_fetches() -> None:
+    """A quarantine's back-off end asks for a fetch then: fetches before it (periodic, failed)
+    do not replace it; once it is done the schedule is the periodic one again."""
+    s = RefreshSchedule(refresh_s=30.0, fast_refresh_s=10.0, min_isr_refresh_s=300.0)
+    s.add("t", 0.0)
+    s.fetched("t", 0.0, ok=True)
+    s.request_at("t", 25.0)
+    s.request_at("t", 15.0)  # the earlier one counts
+    s.request_at("unknown", 1.0)  # a topic not watched: nothing
+    assert s.next_due_at() == 15.0
+    s.set_fast("t", True, 2.0)
+    s.fetched("t", 12.0, ok=True)
+    assert s.next_due_at() == 15.0  # not 22.0
+    s.fetched("t", 14.0, ok=False)
+    assert s.next_due_at() == pytest.approx(14.1)  # the failure's own back-off is sooner
+    s.fetched("t", 14.1, ok=True)
+    assert s.next_due_at() == 15.0
+    s.fetched("t", 15.0, ok=True)
+    assert s.next_due_at() == 25.0  # the fast interval's
+    s.fetched("t", 25.0, ok=True)
+    assert s.next_due_at() == 35.0
+
+
 def test_schedule_backs_off_after_failures() -> None:
     s = RefreshSchedule(refresh_s=30.0, fast_refresh_s=0.5, min_isr_refresh_s=300.0)
     s.add("t", 0.0)

@@ -416,8 +416,13 @@ class Routing(Delivering):
         for entry in core.due():
             self._dispatch(entry.item)
         next_at = core.next_at(tick)
-        if next_at is not None:
+        if next_at is not None and self._buffer.failed_depth:
             self._attention_at = next_at
             self._attention = True
-        else:
-            self._reopen_whole()
+            return
+        # Nothing waits to be retried. A quarantine's back-off may still run: the healthy path
+        # serves the view without its partition meanwhile, and a metadata fetch when it ends
+        # brings the release (_on_metadata leaves the healthy path; this looks again).
+        for topic, end in tick.ends.items():
+            self._meta.request_at(topic, end)
+        self._reopen_whole()

@@ -149,11 +149,13 @@ class Failed:
 @dataclass(frozen=True, slots=True)
 class Tick:
     """``tick()``'s answer: ``released`` per topic; ``fast``: each topic whose close watch
-    should change to the value given; ``next_at``: when a quarantine's back-off ends next."""
+    should change to the value given; ``next_at``: when a quarantine's back-off ends next;
+    ``ends``: the same per topic."""
 
     released: dict[str, list[int]]
     fast: dict[str, bool]
     next_at: float | None
+    ends: dict[str, float]
 
 
 class FailoverCore(Generic[E]):
@@ -320,6 +322,7 @@ class FailoverCore(Generic[E]):
         next_at: float | None = None
         released: dict[str, list[int]] = {}
         fast: dict[str, bool] = {}
+        ends: dict[str, float] = {}
         for topic, state in list(self.topics.items()):
             if not len(state.quarantine):
                 continue
@@ -328,9 +331,11 @@ class FailoverCore(Generic[E]):
                 logger.info("partitions %s of %s released from quarantine", freed, topic)
                 released[topic] = freed
                 fast[topic] = state.wants_fast_refresh
-            if upcoming is not None and (next_at is None or upcoming < next_at):
-                next_at = upcoming
-        return Tick(released=released, fast=fast, next_at=next_at)
+            if upcoming is not None:
+                ends[topic] = upcoming
+                if next_at is None or upcoming < next_at:
+                    next_at = upcoming
+        return Tick(released=released, fast=fast, next_at=next_at, ends=ends)
 
     def due(self) -> Iterator[E]:
         """The failed messages due for another attempt, oldest first (each then routed)."""

@@ -34,6 +34,8 @@ class _TopicSchedule:
     min_isr_due_at: float
     fast: bool = False
     last_attempt_at: float | None = None
+    # A fetch asked for at a time of its own (request_at), kept across fetches until then.
+    ask_at: float | None = None
     last_success_at: float | None = None
     failures: int = 0
     # The last min ISR lookup failed on a budget shorter than a fetch's own timeout (the first
@@ -86,6 +88,15 @@ class RefreshSchedule:
         earliest = now if s.last_attempt_at is None else s.last_attempt_at + self.min_gap_s
         s.due_at = min(s.due_at, max(now, earliest))
 
+    def request_at(self, topic: str, at: float) -> None:
+        """Fetch ``topic`` at ``at`` too (e.g. when a quarantine's back-off ends, as its
+        release needs the metadata of then), whatever fetches come before."""
+        s = self._topics.get(topic)
+        if s is None:
+            return
+        s.ask_at = at if s.ask_at is None else min(s.ask_at, at)
+        s.due_at = min(s.due_at, at)
+
     def set_fast(self, topic: str, fast: bool, now: float) -> None:
         s = self._topics.get(topic)
         if s is None or s.fast == fast:
@@ -117,6 +128,11 @@ class RefreshSchedule:
             s.failures += 1
             backoff = min(self.retry_max_s, 0.1 * 2 ** min(s.failures - 1, 16))
             s.due_at = now + min(backoff, self.fast_refresh_s if s.fast else self.refresh_s)
+        if s.ask_at is not None:
+            if s.ask_at > now:
+                s.due_at = min(s.due_at, s.ask_at)
+            else:
+                s.ask_at = None
 
     def min_isr_fetched(self, topic: str, now: float, *, ok: bool, budgeted: bool = False) -> None:
         """Record a min ISR lookup; ``budgeted``: it had less time than a fetch's timeout."""
@@ -218,6 +234,12 @@ class MetadataRefresher:
         """Fetch ``topic`` again soon. Cheap and non-blocking: safe in a delivery callback."""
         with self._lock:
             self._schedule.request(topic, self._clock())
+        self._wake.set()
+
+    def request_at(self, topic: str, at: float) -> None:
+        """Fetch ``topic`` at ``at`` (this refresher's clock) too. Non-blocking."""
+        with self._lock:
+            self._schedule.request_at(topic, at)
         self._wake.set()
 
     def set_fast(self, topic: str, fast: bool) -> None:
