@@ -171,13 +171,16 @@ def runs_under_fault(
     partitions: int,
     repeat: int,
     reference: Callable[[str], float] | None = None,
+    done: Callable[[], None] | None = None,
 ) -> FaultRuns:
     """``rate(bootstrap)`` on two 5-broker clusters (RF 3, min ISR 2), each in a process of its
     own, after brokers 4 and 5 of one are stopped: first once right after the stop (the
     transition: failures, quarantines, elections), then ``repeat`` rounds alternating the two
     clusters, so that load from elsewhere on the machine falls on both. ``reference``: a rate
     measured in the same rounds after ``rate`` (e.g. a raw client doing the same), so that
-    what the fault costs the cluster and the client shows beside what it costs ``rate``."""
+    what the fault costs the cluster and the client shows beside what it costs ``rate``.
+    ``done``: called after the rounds, before the clusters stop (to close what ``rate`` kept
+    open)."""
     with (
         MinibrokerProcess(5, FAULT_CONFIG) as healthy,
         MinibrokerProcess(5, FAULT_CONFIG) as faulty,
@@ -202,4 +205,6 @@ def runs_under_fault(
             if reference is not None:
                 runs.reference_healthy.append(reference(healthy.bootstrap_servers))
                 runs.reference_faulty.append(reference(faulty.bootstrap_servers))
+        if done is not None:
+            done()
     return runs
