@@ -53,6 +53,7 @@ from failover_partitioner.metadata.confluent import ConfluentMetadataSource
 from failover_partitioner.testing import MockCluster
 from harness import (
     FAULT_CONFIG,
+    FaultRuns,
     Figure,
     MinibrokerProcess,
     alternated,
@@ -467,21 +468,7 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
     finally:
         cluster.close()
     for strategy, keyed in (("sticky", False), ("round_robin", False), ("sticky", True)):
-        kept = _Kept(n, keyed, strategy=strategy)
-        try:
-            runs = runs_under_fault(
-                kept.rate,
-                TOPIC,
-                PARTITIONS,
-                repeat,
-                # The raw client placing as this producer does: what the fault costs without it.
-                functools.partial(_raw_keyed_as_placed, n=n)
-                if keyed
-                else functools.partial(_raw_as_placed, n=n, strategy=strategy),
-                done=kept.close,
-            )
-        finally:
-            kept.close()  # (again, if the rounds failed: a second close does nothing)
+        runs = fault_runs(n, repeat, strategy, keyed)
         note = f"first run after the stop (transition included): {runs.transition}; {runs.spread()}"
         placing = (
             "keyed messages as this one does (left to the client while whole, each key where "
@@ -522,6 +509,25 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
             )
         )
     return figures
+
+
+def fault_runs(n: int, repeat: int, strategy: str, keyed: bool) -> FaultRuns:
+    """A fault figure's rounds: a producer kept through the stop (``_Kept``), and beside it the
+    raw client placing as this producer does (what the fault costs without it)."""
+    kept = _Kept(n, keyed, strategy=strategy)
+    try:
+        return runs_under_fault(
+            kept.rate,
+            TOPIC,
+            PARTITIONS,
+            repeat,
+            functools.partial(_raw_keyed_as_placed, n=n)
+            if keyed
+            else functools.partial(_raw_as_placed, n=n, strategy=strategy),
+            done=kept.close,
+        )
+    finally:
+        kept.close()  # (again, if the rounds failed: a second close does nothing)
 
 
 def _raw_placed_rate(bootstrap: str, n: int, order: Sequence[int] | None) -> float:

@@ -9,11 +9,9 @@ as it does beside it (bench_failover's code and clusters, fewer rows: about a mi
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 
 import bench_failover as bf
-from harness import runs_under_fault
 
 
 def main() -> None:
@@ -22,22 +20,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=400_000)
     args = parser.parse_args()
-    n, keyed = args.messages, args.row == "keyed"
+    keyed = args.row == "keyed"
     strategy = "sticky" if keyed else args.row
-    kept = bf._Kept(n, keyed, strategy=strategy)
-    try:
-        runs = runs_under_fault(
-            kept.rate,
-            bf.TOPIC,
-            bf.PARTITIONS,
-            args.rounds,
-            functools.partial(bf._raw_keyed_as_placed, n=n)
-            if keyed
-            else functools.partial(bf._raw_as_placed, n=n, strategy=strategy),
-            done=kept.close,
-        )
-    finally:
-        kept.close()
+    runs = bf.fault_runs(args.messages, args.rounds, strategy, keyed)
     faulty, healthy = statistics.median(runs.faulty), statistics.median(runs.healthy)
     print(f"{args.row}: first run after the stop {runs.transition}")
     print(f"  faulty / healthy {faulty / healthy:.3f} ({runs.spread()})")
