@@ -149,13 +149,17 @@ class Failed:
 @dataclass(frozen=True, slots=True)
 class Tick:
     """``tick()``'s answer: ``released`` per topic; ``fast``: each topic whose close watch
-    should change to the value given; ``next_at``: when a quarantine's back-off ends next;
-    ``ends``: the same per topic."""
+    should change to the value given; ``ends``: when a quarantine's back-off ends next, per
+    topic."""
 
     released: dict[str, list[int]]
     fast: dict[str, bool]
-    next_at: float | None
     ends: dict[str, float]
+
+    @property
+    def next_at(self) -> float | None:
+        """When a quarantine's back-off ends next, of any topic."""
+        return min(self.ends.values(), default=None)
 
 
 class FailoverCore(Generic[E]):
@@ -319,7 +323,6 @@ class FailoverCore(Generic[E]):
     def tick(self) -> Tick:
         """Release quarantines whose back-off ended (where the metadata shows them usable)."""
         now = self._clock()
-        next_at: float | None = None
         released: dict[str, list[int]] = {}
         fast: dict[str, bool] = {}
         ends: dict[str, float] = {}
@@ -333,9 +336,7 @@ class FailoverCore(Generic[E]):
                 fast[topic] = state.wants_fast_refresh
             if upcoming is not None:
                 ends[topic] = upcoming
-                if next_at is None or upcoming < next_at:
-                    next_at = upcoming
-        return Tick(released=released, fast=fast, next_at=next_at, ends=ends)
+        return Tick(released=released, fast=fast, ends=ends)
 
     def due(self) -> Iterator[E]:
         """The failed messages due for another attempt, oldest first (each then routed)."""

@@ -137,7 +137,8 @@ def _read_syncs(reader: Consumer, topic: str, timeout_s: float) -> list[OffsetSy
         return []
     out = []
     for p in md.partitions:
-        for msg in _read(reader, TopicPartition(topic, p), 0, timeout_s):
+        tp = TopicPartition(topic, p)
+        for msg in _read(reader, tp, 0, _watermarks(reader, tp, timeout_s), timeout_s):
             sync = OffsetSync.decode(msg.value())
             if sync is not None:
                 out.append(sync)
@@ -151,7 +152,8 @@ def _watermarks(reader: Consumer, tp: TopicPartition, timeout_s: float) -> tuple
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            low, high = reader.get_watermark_offsets(tp, timeout=timeout_s)
+            left = max(_ASK_AGAIN_S, deadline - time.monotonic())
+            low, high = reader.get_watermark_offsets(tp, timeout=left)
             return int(low), int(high)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
@@ -164,9 +166,12 @@ def _watermarks(reader: Consumer, tp: TopicPartition, timeout_s: float) -> tuple
             time.sleep(_ASK_AGAIN_S)
 
 
-def _read(reader: Consumer, tp: TopicPartition, start: int, timeout_s: float) -> list[Any]:
-    """The messages of ``tp`` from ``start`` to its high watermark as of now."""
-    low, high = _watermarks(reader, tp, timeout_s)
+def _read(
+    reader: Consumer, tp: TopicPartition, start: int, marks: tuple[int, int], timeout_s: float
+) -> list[Any]:
+    """The messages of ``tp`` from ``start`` to its high watermark ``marks`` = (low, high),
+    as :func:`_watermarks` read them."""
+    low, high = marks
     start = max(start, low)
     if start >= high:
         return []
@@ -201,9 +206,10 @@ def _scan(
     timeout_s: float,
 ) -> PartitionTranslation:
     first = FirstUnread(source, committed)
-    _, high = _watermarks(reader, TopicPartition(target, q), timeout_s)
-    end = high
-    for msg in _read(reader, TopicPartition(target, q), bound, timeout_s):
+    tp = TopicPartition(target, q)
+    marks = _watermarks(reader, tp, timeout_s)
+    end = marks[1]
+    for msg in _read(reader, tp, bound, marks, timeout_s):
         first.see(msg.offset(), provenance_of(msg.headers(), compact=True) or _separate(msg))
         end = msg.offset() + 1
     return PartitionTranslation(
