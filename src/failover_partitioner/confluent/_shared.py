@@ -267,13 +267,20 @@ class _GroupReport:
             raise  # whole, for the client to keep (see the module doc)
 
 
+def kafka_error_of(exc: BaseException | None) -> KafkaError | None:
+    """The ``KafkaError`` a confluent-kafka exception carries (a ``KafkaException``'s first
+    argument), or None."""
+    err = exc.args[0] if exc is not None and exc.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
 def _kafka_error(error: object) -> Any:
     """The error a user callback gets: always a ``confluent_kafka.KafkaError``."""
     if isinstance(error, KafkaError):
         return error
-    if isinstance(error, confluent_kafka.KafkaException) and error.args:
-        inner = error.args[0]
-        if isinstance(inner, KafkaError):
+    if isinstance(error, confluent_kafka.KafkaException):
+        inner = kafka_error_of(error)
+        if inner is not None:
             return inner
     if isinstance(error, NoUsablePartition):
         return KafkaError(KafkaError._MSG_TIMED_OUT, str(error))
@@ -317,8 +324,8 @@ def _kept_headers(headers: list[tuple[str, Any]], topic: str) -> Headers:
 
 
 def _refusal_text(exc: confluent_kafka.KafkaException) -> str:
-    error = exc.args[0] if exc.args else None
-    return error.str() if isinstance(error, KafkaError) else str(exc)
+    error = kafka_error_of(exc)
+    return str(exc) if error is None else error.str()
 
 
 def _check_header_items(headers: Headers, topic: str, refusal: TypeError) -> None:

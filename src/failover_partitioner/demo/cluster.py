@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
+from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.demo.partitions import PartitionRow
 from failover_partitioner.demo.producers import CLIENT_LOGGER
 
@@ -123,8 +124,8 @@ class ExternalCluster:
         try:
             description = future.result(timeout=self._timeout_s + 5)
         except KafkaException as e:
-            err = e.args[0] if e.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            err = kafka_error_of(e)
+            if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return ()
             raise
         return tuple(

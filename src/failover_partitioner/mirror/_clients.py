@@ -20,6 +20,7 @@ from confluent_kafka import (
 from prometheus_client.registry import CollectorRegistry
 
 from failover_partitioner._message import DeliveryReport
+from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.health import TopicView
 
@@ -159,8 +160,8 @@ def build(what: str, factory: Callable[[dict[str, Any]], _T], conf: Mapping[str,
     try:
         return factory(dict(conf))
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG:
+        err = kafka_error_of(exc)
+        if err is not None and err.code() == KafkaError._INVALID_ARG:
             raise MirrorConfigError(f"{what} config: {err.str()}") from exc
         raise
     except ConfigError as exc:

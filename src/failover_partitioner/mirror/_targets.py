@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from failover_partitioner._config import client_settings, surfacing
+from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.errors import FailoverError
 
 from ._clients import (
@@ -117,8 +118,8 @@ class Targets:
                 )
             except TopicSyncError as exc:
                 cause = exc.__cause__
-                err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-                if not isinstance(err, KafkaError) or err.code() not in _REFUSED:
+                err = kafka_error_of(cause) if isinstance(cause, KafkaException) else None
+                if err is None or err.code() not in _REFUSED:
                     raise
                 # As MirrorMaker 2: syncs only help translation, so a principal without the
                 # right to make their topic mirrors without them (told once, here).
@@ -155,8 +156,8 @@ class Targets:
                     source_topics=source_md.topics,
                 )
             except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() in _REFUSED:
+                err = kafka_error_of(exc)
+                if err is not None and err.code() in _REFUSED:
                     raise TopicSyncError(
                         f"cannot read or change topics to keep the target in step with the "
                         f"source: {describe(err)}. The source principal needs DESCRIBE_CONFIGS "

@@ -27,6 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from failover_partitioner._config import NOT_FOR_ADMIN, companion_conf
+from failover_partitioner.confluent._shared import kafka_error_of
 
 from ._errors import MirrorError
 
@@ -362,7 +363,7 @@ class TopicSync:
             try:
                 future.result()
             except KafkaException as exc:
-                err = _error_of(exc)
+                err = kafka_error_of(exc)
                 if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                     continue  # made meanwhile (another mirror, or by hand): the next sync reads it
                 raise TopicSyncError(
@@ -393,7 +394,7 @@ class TopicSync:
             try:
                 future.result()
             except KafkaException as exc:
-                err = _error_of(exc)
+                err = kafka_error_of(exc)
                 if self._grown_meanwhile(name, plan.grow_to):
                     self.partitions[name] = plan.grow_to
                     continue  # grown meanwhile (our metadata was behind): nothing to do
@@ -482,13 +483,8 @@ def _source_of(entry: Any) -> int:
     return int(getattr(source, "value", source))
 
 
-def _error_of(exc: KafkaException) -> KafkaError | None:
-    err = exc.args[0] if exc.args else None
-    return err if isinstance(err, KafkaError) else None
-
-
 def _describe(exc: KafkaException) -> str:
-    err = _error_of(exc)
+    err = kafka_error_of(exc)
     if err is None:
         return str(exc)
     return f"{err.name()} ({err.str()})"

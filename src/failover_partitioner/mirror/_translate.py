@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.errors import classify
 
 from ._config import TopicRouter
@@ -156,11 +157,12 @@ def _watermarks(reader: Consumer, tp: TopicPartition, timeout_s: float) -> tuple
             low, high = reader.get_watermark_offsets(tp, timeout=left)
             return int(low), int(high)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            passes = isinstance(err, KafkaError) and classify(err.code(), err.name()).retriable
+            err = kafka_error_of(exc)
+            passes = err is not None and classify(err.code(), err.name()).retriable
             if not passes or time.monotonic() + _ASK_AGAIN_S > deadline:
                 raise TranslateError(
-                    f"cannot read the offsets of {tp.topic}[{tp.partition}] on the target: {err}"
+                    f"cannot read the offsets of {tp.topic}[{tp.partition}] on the target: "
+                    f"{exc if err is None else err}"
                 ) from exc
             logger.info("%s[%d]: %s; asking again", tp.topic, tp.partition, err)
             time.sleep(_ASK_AGAIN_S)
