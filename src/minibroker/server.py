@@ -137,6 +137,12 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = f"/{peer[0]}" if peer else ""
+        if not self.broker.running:
+            # Accepted just before the broker stopped (the listener's last): dropped as the
+            # stop dropped the others, not left open for the garbage collector.
+            self.closed = True
+            transport.abort()
+            return
         self.broker.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

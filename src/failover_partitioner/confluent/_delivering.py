@@ -54,17 +54,6 @@ class Delivering(Clients):
         else:
             self._core.sent(previous, partition)
 
-    def _report_keeping(
-        self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any
-    ) -> None:
-        """``_report`` for a message with headers or a timestamp, which a failure report
-        lacks."""
-        try:
-            if err is not None:
-                self._failed_without_record(None, err, msg, headers, timestamp)
-        except BaseException:
-            raise  # whole, for the client to keep (see _shared's module doc)
-
     def _failed_without_record(
         self,
         cb: DeliveryCallback | None,

@@ -24,6 +24,7 @@ from failover_partitioner.confluent._shared import (
     _SIGNALLED,
     DeliveryCallback,
     _check_header_items,
+    _check_header_names,
     _ErrorsOnly,
     _GroupReport,
     _kafka_error,
@@ -68,8 +69,8 @@ class Routing(Delivering):
             and partition is None
             and self._lanes.get(topic, _OFF) is None
         ):
-            kept = _kept_headers(headers, topic)
-            self._send_rebuildable(topic, value, key, _ANY_PARTITION, None, None, kept)
+            _check_header_names(headers, topic)
+            self._send_rebuildable(topic, value, key, _ANY_PARTITION, None, None, headers)
             return
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
@@ -145,28 +146,39 @@ class Routing(Delivering):
         """Send a first attempt the core routed to ``p``, with no record where none is needed."""
         if p < 0:
             p = _ANY_PARTITION
-        kept = None if headers is None else _kept_headers(headers, topic)
         if on_delivery is None and self._plain:
-            self._send_rebuildable(topic, value, key, p, None, timestamp, kept)
+            if headers is not None:
+                _check_header_names(headers, topic)
+            self._send_rebuildable(topic, value, key, p, None, timestamp, headers)
             return
         if isinstance(on_delivery, DeliveryGroup):
             # No record: the group hears of a first-attempt delivery without a report,
-            # and a failure is rebuilt from the client's (see DeliveryGroup).
+            # and a failure is rebuilt from the client's (see DeliveryGroup), with the
+            # headers and timestamp the report's partial keeps (see _report_keeping).
+            if headers is not None:
+                _check_header_names(headers, topic)
             held = on_delivery._client_report  # weakly (see _GroupReport)
             report = None if held is None else held()
             if report is None or report.producer is not self:
                 report = _GroupReport(self, on_delivery)
                 on_delivery._client_report = weakref.ref(report)
-            if kept is not None or timestamp is not None:
-                report = _partial(_GroupReport.keeping, report, kept, timestamp)
+            if headers is not None or timestamp is not None:
+                report = _partial(
+                    _GroupReport.keeping,
+                    report,
+                    None if headers is None else tuple(headers),
+                    timestamp,
+                )
             try:
-                self._produce_reported(topic, value, key, p, report, None, timestamp or 0, kept)
+                self._produce_reported(topic, value, key, p, report, None, timestamp or 0, headers)
             except BaseException as exc:
+                kept = None if headers is None else headers[:]
                 rec = self._record_cls.new(topic, value, key, kept, timestamp, on_delivery)
                 rec._partition = p
                 rec._attempts = 1
                 self._produce_raised(rec, exc, first=True)
             return
+        kept = None if headers is None else _kept_headers(headers, topic)
         cb = self._default_cb if on_delivery is None else on_delivery
         if cb is not None and kept is None and timestamp is None and _rebuildable(value, key, cb):
             self._send_rebuildable(topic, value, key, p, cb)
@@ -194,7 +206,8 @@ class Routing(Delivering):
     ) -> None:
         """Send a first attempt whose failure the client's report can rebuild without a
         record (headers and a timestamp only without a callback, kept for a retry by the
-        report's partial: a failure report has neither): with the producer's own report when
+        report's partial, the headers as a copy, the caller's list going to the client, which
+        copies it: a failure report has neither): with the producer's own report when
         nobody listens, else with ``cb``'s (see ``_report_for``). A full queue or a refusal:
         the record path waits or decides."""
         if cb is None:
@@ -202,7 +215,9 @@ class Routing(Delivering):
             sent = (
                 self._report_cb
                 if timestamp is None and headers is None
-                else _partial(self._report_keeping, headers, timestamp)
+                else _partial(
+                    self._report_kept, None if headers is None else tuple(headers), timestamp
+                )
             )
         else:
             send, sent = self._produce_reported, self._reporter(cb)

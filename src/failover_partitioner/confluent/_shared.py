@@ -141,6 +141,27 @@ def _report_for(
 _PLAIN_CALLBACKS = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType})
 
 
+def _report_keeping(failed: Callable[..., None]) -> Callable[..., None]:
+    """The delivery callback of messages sent without a record and without a callback, with
+    headers or a timestamp, which a report lacks (a delivery's too): ``functools.partial`` binds
+    it to each message's headers and timestamp, and a failure is rebuilt with them
+    (``failed``, as in ``_report_for``). The partial is then the one object per message that
+    the collector walks again and again while the client holds it (see ``_report_for``): what
+    it binds are a tuple of tuples (the headers copied into one) and an int, which the
+    collector stops tracking once it has seen that nothing in them can be part of a cycle."""
+
+    def report(
+        headers: tuple[tuple[str, Any], ...] | None, timestamp: int | None, err: Any, msg: Any
+    ) -> None:
+        try:
+            if err is not None:
+                failed(None, err, msg, None if headers is None else list(headers), timestamp)
+        except BaseException:
+            raise  # whole, for the client to keep (see the module doc)
+
+    return report
+
+
 def _rebuildable(value: object, key: object, cb: object) -> bool:
     """True when a message may go to the client without a record (see ``_report_for``): a
     failure report gives the client's bytes back, so a str value or key needs a record to be
@@ -257,12 +278,20 @@ class _GroupReport:
         except BaseException:
             raise  # whole, for the client to keep (see the module doc)
 
-    def keeping(self, headers: Headers | None, timestamp: int | None, err: Any, msg: Any) -> None:
+    def keeping(
+        self,
+        headers: tuple[tuple[str, Any], ...] | None,
+        timestamp: int | None,
+        err: Any,
+        msg: Any,
+    ) -> None:
+        """The report of a message with headers or a timestamp (see ``_report_keeping``)."""
         try:
             if err is None:
                 self._delivered()
             else:
-                self.producer._failed_without_record(self._group, err, msg, headers, timestamp)
+                kept = None if headers is None else list(headers)
+                self.producer._failed_without_record(self._group, err, msg, kept, timestamp)
         except BaseException:
             raise  # whole, for the client to keep (see the module doc)
 
@@ -310,16 +339,22 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
     )
 
 
-def _kept_headers(headers: list[tuple[str, Any]], topic: str) -> Headers:
-    """A copy of a header list (the caller may reuse its list; a retry needs these), its names
-    checked: the client checks values but writes any name as str(name) (a bytes name becomes
-    "b'...'"), so a name that is not a str is refused here, as the checked path does."""
+def _check_header_names(headers: list[tuple[str, Any]], topic: str) -> None:
+    """Refuse a header list whose names are not all str: the client checks values but writes
+    any name as str(name) (a bytes name becomes "b'...'"), so such a name is refused here, as
+    the checked path does."""
     try:
         for name, _ in headers:
             if type(name) is not str:
                 raise TypeError
     except (TypeError, ValueError):
         _normalise_headers(headers, topic)  # raises, naming the pair
+
+
+def _kept_headers(headers: list[tuple[str, Any]], topic: str) -> Headers:
+    """A copy of a header list, its names checked (the caller may reuse its list; a retry
+    needs these)."""
+    _check_header_names(headers, topic)
     return headers[:]
 
 

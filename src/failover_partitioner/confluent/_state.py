@@ -78,6 +78,7 @@ class ProducerState:
     _refusals: dict[str, tuple[float, Any]]
     _user_error_cb: Any
     _report_cb: Callable[[Any, Any], None]
+    _report_kept: Callable[..., None]
     _produce_raw: Any
     _produce_batch_raw: Any
     _produce_reported: Any

@@ -122,6 +122,7 @@ from failover_partitioner.confluent._shared import (
     _Record,
     _refusal_text,
     _report_for,
+    _report_keeping,
     _weakly,
 )
 from failover_partitioner.confluent._state import CallDepth
@@ -236,7 +237,9 @@ class FailoverProducer(Batching):
         try:
             # The report of a message sent without a record (see _report_for).
             # Weakly: the metadata thread holds the client, the client this callback.
-            self._report_cb = _report_for(_weakly(self._failed_without_record))
+            failed = _weakly(self._failed_without_record)
+            self._report_cb = _report_for(failed)
+            self._report_kept = _report_keeping(failed)
             # The last callback and its client callback (see _reporter); None: none yet.
             self._reporting = (None, self._report_cb)
             self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report_cb})
