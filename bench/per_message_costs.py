@@ -5,11 +5,11 @@ process, both producers stay open and take turns: each turn produces a chunk of 
 one ``produce()`` at a time, lets the deliveries arrive, then ``flush()``-es, and the main
 thread's CPU time of the two phases is noted per message: *produce* (the calls) and *serve*
 (what the client does for the chunk's deliveries in the application's thread: reports, the
-callbacks, freeing the messages). Three workloads: the two of bench_failover's healthy rows,
+callbacks, freeing the messages). Four workloads: the two of bench_failover's healthy rows,
 no per-message callback (the raw Producer with ``on_delivery`` in its config) and a per-message
-``on_delivery`` on both sides; and messages with one header (a W3C ``traceparent``), no
-per-message callback, which FailoverProducer keeps a record of while the client holds it
-(a failure report has no headers, and a retry needs them).
+``on_delivery`` on both sides; and the same two with one header a message (a W3C
+``traceparent``), whose headers FailoverProducer keeps while the client holds the message (a
+failure report has no headers, and a retry needs them).
 
 Chunks are short and alternate many times, so that the machine's speed, which moves by tens of
 percent from one second to the next on a shared 2-core machine, falls on both sides alike; the
@@ -50,7 +50,10 @@ def _turn(
     """Microseconds of the main thread's CPU per message: producing n, then serving them."""
     produce = producer.produce
     start = time.thread_time()
-    if headers is not None:
+    if headers is not None and on_delivery is not None:
+        for _ in range(n):
+            produce(TOPIC, VALUE, headers=headers, on_delivery=on_delivery)
+    elif headers is not None:
         for _ in range(n):
             produce(TOPIC, VALUE, headers=headers)
     elif on_delivery is None:
@@ -117,6 +120,7 @@ def main() -> None:
             ("no per-message callback", False, None),
             ("per-message on_delivery", True, None),
             ("a header, no callback", False, HEADERS),
+            ("a header, on_delivery", True, HEADERS),
         ):
             medians = costs(
                 mock.bootstrap_servers, args.messages, args.rounds, per_message, headers

@@ -830,25 +830,31 @@ def test_strict_keys_wait_for_their_own_partition(mock: MockCluster) -> None:
     assert max(a for [(_, _, a)] in reports.by_value.values()) > 1  # the refusals were felt
 
 
-def test_list_headers_survive_re_producing_and_callbacks_fire_once(mock: MockCluster) -> None:
-    """Headers in confluent-kafka's list form (the mirror's) with a callback per message: the
-    messages refused by one broker are produced again elsewhere with their own headers, and each
-    callback fires exactly once, with success and the headers it was given."""
-    p = producer(mock)
-    bad = leaders(p)[0]
+@pytest.mark.parametrize("strategy", ["sticky", "round_robin"])
+def test_list_headers_survive_re_producing_and_callbacks_fire_once(
+    mock: MockCluster, strategy: str
+) -> None:
+    """Headers in confluent-kafka's list form (the mirror's) with a callback per message (sent
+    without a record, the report's partial keeping them): the messages the brokers refused at
+    first are produced again with their own headers and timestamps, and each callback fires
+    exactly once, with success and the headers it was given."""
+    p = producer(mock, ready=TOPIC, strategy=strategy)
     n = 600
     seen: dict[bytes, list[Any]] = {}
+    stamp = 1_700_000_000_000
 
     def on_delivery(err: Any, report: DeliveryReport) -> None:
         value = report.value()
         assert isinstance(value, bytes)
         seen.setdefault(value, []).append((err, report.headers(), report.attempts()))
 
-    mock.push_broker_errors(bad, NOT_ENOUGH_REPLICAS, 50)
+    for broker in (1, 2, 3):  # wherever the client or the chooser places the first ones
+        mock.push_broker_errors(broker, NOT_ENOUGH_REPLICAS, 5)
     shared = [("src", b"orders")]
     for i in range(n):
         headers = [*shared, ("offset", b"%d" % i)]
-        p.produce(TOPIC, b"m%d" % i, headers=headers, on_delivery=on_delivery)
+        timestamp = stamp if i % 2 else None
+        p.produce(TOPIC, b"m%d" % i, headers=headers, on_delivery=on_delivery, timestamp=timestamp)
         headers.append(("after", b"produce"))  # the caller's list is its own again
     assert p.flush(30) == 0
     stats = p.statistics()
@@ -864,6 +870,9 @@ def test_list_headers_survive_re_producing_and_callbacks_fire_once(mock: MockClu
     records = consume_all(mock, n)
     assert len(records) == n
     assert all(m.headers() == [("src", b"orders"), ("offset", m.value()[1:])] for m in records)
+    odd = [m for m in records if int(m.value()[1:]) % 2]
+    assert len(odd) == n // 2
+    assert {m.timestamp()[1] for m in odd} == {stamp}
 
 
 @pytest.mark.parametrize("strategy", ["sticky", "round_robin"])

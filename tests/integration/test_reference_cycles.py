@@ -45,7 +45,7 @@ def collect() -> None:
 @contextmanager
 def cyclic_garbage() -> Iterator[list[object]]:
     """What the collector finds unreachable, at the end of the block, of what the block left."""
-    gc.collect()
+    collect()
     gc.disable()
     found: list[object] = []
     try:
@@ -129,8 +129,15 @@ def test_a_retried_record_and_its_entry_are_freed_when_it_is_delivered(
         with cyclic_garbage() as garbage:
             with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS):
                 for i in range(1000):
-                    # Headers: each message carries a record; a failed one gets an entry.
-                    p.produce(TOPIC, b"m%d" % i, headers=[("i", b"%d" % i)], on_delivery=count)
+                    # Headers: a failed message is rebuilt as a record with an entry. Each
+                    # prefers a partition in turn, so that some meet the failing leader.
+                    p.produce(
+                        TOPIC,
+                        b"m%d" % i,
+                        headers=[("i", b"%d" % i)],
+                        on_delivery=count,
+                        partition=i % PARTITIONS,
+                    )
                 assert p.flush(30) == 0
             assert delivered[0] == 1000
             assert p.statistics().retries > 0

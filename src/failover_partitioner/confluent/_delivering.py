@@ -22,6 +22,7 @@ from failover_partitioner.confluent._shared import (
     _kafka_error,
     _Record,
     _report_for,
+    _report_keeping,
 )
 from failover_partitioner.errors import REFUSED_RIGHTS, ErrorClass, MetadataUnavailable, classify
 from failover_partitioner.health import TopicMetadata
@@ -33,16 +34,22 @@ logger = logging.getLogger("failover_partitioner.confluent.producer")  # the pro
 class Delivering(Clients):
     """What a delivery report, a failure or a metadata answer does."""
 
-    def _reporter(self, cb: DeliveryCallback) -> Callable[[Any, Any], None]:
+    def _reporter(self, cb: DeliveryCallback | None, keeping: bool = False) -> Callable[..., None]:
         """The client's delivery callback for messages sent without a record whose callback is
-        ``cb`` (see ``_report_for``). The last one made is kept (``_reporting``), so that a
-        producer calling back to one function, method or other callable makes it once; a
-        callback made anew per message (a lambda) gets one per message."""
-        last = self._reporting
+        ``cb`` (see ``_report_for``; ``keeping``: for messages with headers or a timestamp, to
+        be bound to them, see ``_report_keeping``). The last one made of each kind is kept
+        (``_reporting``, ``_reporting_kept``), so that a producer calling back to one function,
+        method or other callable makes it once; a callback made anew per message (a lambda)
+        gets one per message."""
+        last = self._reporting_kept if keeping else self._reporting
         if cb is last[0] or (type(cb) in _PLAIN_CALLBACKS and cb == last[0]):
             return last[1]  # the same callback (a method is made anew at each reading)
-        report = _report_for(self._failed_without_record, cb)
-        self._reporting = (cb, report)
+        if keeping:
+            report = _report_keeping(self._failed_without_record, cb)
+            self._reporting_kept = (cb, report)
+        else:
+            report = _report_for(self._failed_without_record, cb)
+            self._reporting = (cb, report)
         return report
 
     def _taken_when_interrupted(self, first: bool, previous: int = -1, partition: int = -1) -> None:

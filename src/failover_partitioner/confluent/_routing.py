@@ -28,7 +28,6 @@ from failover_partitioner.confluent._shared import (
     _ErrorsOnly,
     _GroupReport,
     _kafka_error,
-    _kept_headers,
     _key_bytes,
     _normalise_headers,
     _partial,
@@ -59,18 +58,22 @@ class Routing(Delivering):
         partition: int | None,
     ) -> None:
         """``produce`` off its inline healthy path: the core routes the message (the keyless
-        common case through the chooser's own rotation). A header list nobody is called back
-        for, to a topic the client places for (whole, sticky): the healthy path still, the
-        headers kept for a failure's rebuild (the inline path is kept to messages without)."""
+        common case through the chooser's own rotation). A header list to a topic the client
+        places for (whole, sticky), with no callback or one a report can serve: the healthy
+        path still, the headers kept for the report (the inline path is kept to messages
+        without)."""
         if (
             type(headers) is list
-            and on_delivery is None
             and timestamp is None
             and partition is None
             and self._lanes.get(topic, _OFF) is None
+            and (
+                on_delivery is None
+                or (self._quiet is None and _rebuildable(value, key, on_delivery))
+            )
         ):
             _check_header_names(headers, topic)
-            self._send_rebuildable(topic, value, key, _ANY_PARTITION, None, None, headers)
+            self._send_rebuildable(topic, value, key, _ANY_PARTITION, on_delivery, None, headers)
             return
         if self._attention:
             self._service()  # also raises ProducerClosed once closed
@@ -146,17 +149,15 @@ class Routing(Delivering):
         """Send a first attempt the core routed to ``p``, with no record where none is needed."""
         if p < 0:
             p = _ANY_PARTITION
+        if headers is not None:
+            _check_header_names(headers, topic)
         if on_delivery is None and self._plain:
-            if headers is not None:
-                _check_header_names(headers, topic)
             self._send_rebuildable(topic, value, key, p, None, timestamp, headers)
             return
         if isinstance(on_delivery, DeliveryGroup):
             # No record: the group hears of a first-attempt delivery without a report,
             # and a failure is rebuilt from the client's (see DeliveryGroup), with the
             # headers and timestamp the report's partial keeps (see _report_keeping).
-            if headers is not None:
-                _check_header_names(headers, topic)
             held = on_delivery._client_report  # weakly (see _GroupReport)
             report = None if held is None else held()
             if report is None or report.producer is not self:
@@ -178,11 +179,11 @@ class Routing(Delivering):
                 rec._attempts = 1
                 self._produce_raised(rec, exc, first=True)
             return
-        kept = None if headers is None else _kept_headers(headers, topic)
         cb = self._default_cb if on_delivery is None else on_delivery
-        if cb is not None and kept is None and timestamp is None and _rebuildable(value, key, cb):
-            self._send_rebuildable(topic, value, key, p, cb)
+        if cb is not None and _rebuildable(value, key, cb):
+            self._send_rebuildable(topic, value, key, p, cb, timestamp, headers)
             return
+        kept = None if headers is None else headers[:]
         rec = self._record_cls()
         rec._cb = cb
         rec._entry = None
@@ -205,22 +206,20 @@ class Routing(Delivering):
         headers: Headers | None = None,
     ) -> None:
         """Send a first attempt whose failure the client's report can rebuild without a
-        record (headers and a timestamp only without a callback, kept for a retry by the
-        report's partial, the headers as a copy, the caller's list going to the client, which
-        copies it: a failure report has neither): with the producer's own report when
-        nobody listens, else with ``cb``'s (see ``_report_for``). A full queue or a refusal:
-        the record path waits or decides."""
-        if cb is None:
-            send = self._produce_raw
-            sent = (
-                self._report_cb
-                if timestamp is None and headers is None
-                else _partial(
-                    self._report_kept, None if headers is None else tuple(headers), timestamp
-                )
-            )
+        record: with the producer's own report when nobody listens, else with ``cb``'s (see
+        ``_report_for``). Headers and a timestamp, which a report lacks, are bound to it by a
+        partial (``_report_keeping``), the headers as a copy (the caller's list goes to the
+        client, which copies it). A full queue or a refusal: the record path waits or
+        decides."""
+        send = self._produce_raw if cb is None else self._produce_reported
+        if timestamp is None and headers is None:
+            sent = self._report_cb if cb is None else self._reporter(cb)
         else:
-            send, sent = self._produce_reported, self._reporter(cb)
+            sent = _partial(
+                self._report_kept if cb is None else self._reporter(cb, keeping=True),
+                None if headers is None else tuple(headers),
+                timestamp,
+            )
         try:
             send(topic, value, key, p, sent, None, timestamp or 0, headers)
         except (BufferError, confluent_kafka.KafkaException):

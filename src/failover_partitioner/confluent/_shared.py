@@ -141,21 +141,30 @@ def _report_for(
 _PLAIN_CALLBACKS = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType})
 
 
-def _report_keeping(failed: Callable[..., None]) -> Callable[..., None]:
-    """The delivery callback of messages sent without a record and without a callback, with
-    headers or a timestamp, which a report lacks (a delivery's too): ``functools.partial`` binds
-    it to each message's headers and timestamp, and a failure is rebuilt with them
-    (``failed``, as in ``_report_for``). The partial is then the one object per message that
-    the collector walks again and again while the client holds it (see ``_report_for``): what
-    it binds are a tuple of tuples (the headers copied into one) and an int, which the
-    collector stops tracking once it has seen that nothing in them can be part of a cycle."""
+def _report_keeping(
+    failed: Callable[..., None], cb: DeliveryCallback | None = None
+) -> Callable[..., None]:
+    """The delivery callback of messages sent without a record with headers or a timestamp,
+    which a report lacks (a delivery's too): ``functools.partial`` binds it to each message's
+    headers and timestamp, a failure is rebuilt with them (``failed(cb, ...)``, as in
+    ``_report_for``), and ``cb``, if any, gets a delivery's report with them (a
+    :class:`_DeliveredKept`). The partial is then the one object per message that the
+    collector walks again and again while the client holds it (see ``_report_for``): what it
+    binds are a tuple of tuples (the headers copied into one) and an int, which the collector
+    stops tracking once it has seen that nothing in them can be part of a cycle."""
 
     def report(
         headers: tuple[tuple[str, Any], ...] | None, timestamp: int | None, err: Any, msg: Any
     ) -> None:
         try:
             if err is not None:
-                failed(None, err, msg, None if headers is None else list(headers), timestamp)
+                failed(cb, err, msg, None if headers is None else list(headers), timestamp)
+            elif cb is not None:
+                rec = _DeliveredKept()
+                rec._msg = msg
+                rec._headers = headers
+                rec._timestamp = timestamp
+                cb(None, rec)
         except BaseException:
             raise  # whole, for the client to keep (see the module doc)
 
@@ -247,6 +256,29 @@ class _Delivered(DeliveryReport):
     ) -> tuple[str, bytes | str | None, bytes | str | None, Headers | None, int | None]:
         msg = self._msg
         return (msg.topic(), msg.value(), msg.key(), None, None)
+
+
+class _DeliveredKept(_Delivered):
+    """A :class:`_Delivered` with the headers and timestamp its message was sent with (see
+    ``_report_keeping``): a client's report carries neither."""
+
+    __slots__ = ("_headers", "_timestamp")
+
+    _headers: tuple[tuple[str, Any], ...] | None
+    _timestamp: int | None
+
+    @property
+    def _m(  # type: ignore[override]  # read-only, as _Delivered's
+        self,
+    ) -> tuple[str, bytes | str | None, bytes | str | None, Headers | None, int | None]:
+        msg, headers = self._msg, self._headers
+        return (
+            msg.topic(),
+            msg.value(),
+            msg.key(),
+            None if headers is None else list(headers),
+            self._timestamp,
+        )
 
 
 class _GroupReport:
@@ -349,13 +381,6 @@ def _check_header_names(headers: list[tuple[str, Any]], topic: str) -> None:
                 raise TypeError
     except (TypeError, ValueError):
         _normalise_headers(headers, topic)  # raises, naming the pair
-
-
-def _kept_headers(headers: list[tuple[str, Any]], topic: str) -> Headers:
-    """A copy of a header list, its names checked (the caller may reuse its list; a retry
-    needs these)."""
-    _check_header_names(headers, topic)
-    return headers[:]
 
 
 def _refusal_text(exc: confluent_kafka.KafkaException) -> str:

@@ -65,6 +65,8 @@ class ProducerState:
     _record_cls: type[_Record]
     # The client's callback for the last function or method given as a callback (_reporter).
     _reporting: tuple[object, Callable[[Any, Any], None]]
+    # The same for messages with headers or a timestamp (_reporter(keeping=True)).
+    _reporting_kept: tuple[object, Callable[..., None]]
     # The clients (FailoverProducer._make_client) and the calls into them.
     _client: confluent_kafka.Producer
     _client_conf: dict[str, Any]

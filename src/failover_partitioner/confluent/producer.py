@@ -239,7 +239,9 @@ class FailoverProducer(Batching):
             # Weakly: the metadata thread holds the client, the client this callback.
             failed = _weakly(self._failed_without_record)
             self._report_cb = _report_for(failed)
+            # The same for messages with headers or a timestamp (see _report_keeping).
             self._report_kept = _report_keeping(failed)
+            self._reporting_kept = (None, self._report_kept)
             # The last callback and its client callback (see _reporter); None: none yet.
             self._reporting = (None, self._report_cb)
             self._client = confluent_kafka.Producer({**client_conf, "on_delivery": self._report_cb})
@@ -467,6 +469,7 @@ class FailoverProducer(Batching):
         finally:
             self._closed = True
             self._reporting = (None, self._report_cb)  # let go of the last callback
+            self._reporting_kept = (None, self._report_kept)
             self._leave_whole()  # the next produce() looks, and raises ProducerClosed
             left = self._buffer.close()
             unsure = self._client_len()
