@@ -209,6 +209,44 @@ def test_a_quarantine_leaves_the_healthy_path_open_and_ends_with_a_fetch_of_then
     p.close()
 
 
+def test_a_metadata_fetch_that_finds_the_topic_as_it_was_leaves_the_healthy_path_open(
+    mock: MockCluster,
+) -> None:
+    """A metadata fetch that brings the same facts changes no view, so the producer stays on
+    the healthy path: it does not send the next message through the failover path to look
+    again after every fetch (every 0.5 s while a topic is watched closely)."""
+    p = producer(mock, ready=TOPIC, metadata_refresh_s=0.05)
+    failover_path = 0
+    through = p._produce_failover
+
+    def counted(*args: Any) -> None:
+        nonlocal failover_path
+        failover_path += 1
+        through(*args)
+
+    p._produce_failover = counted  # type: ignore[method-assign,assignment]
+    mock.track_requests()
+    reports = Reports()
+    i = 0
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        # Bursts, as an application's loop: a poll() between messages would look again
+        # itself (it serves the producer's own work too).
+        for _ in range(1000):
+            p.produce(TOPIC, b"v%d" % i, key=b"k%d" % i if i % 2 else None, on_delivery=reports)
+            i += 1
+        p.poll(0)
+    assert p.flush(30) == 0
+    fetches = sum(1 for _, api_key in mock.requests() if api_key == METADATA_API_KEY)
+    assert fetches >= 5, f"only {fetches} metadata fetches in a second"
+    # The first message may look (it opens the path); before, one more after each fetch.
+    assert failover_path <= 1, f"{failover_path} of {i} messages took the failover path"
+    outcomes = [o for each in reports.by_value.values() for o in each]
+    assert len(outcomes) == i
+    assert all(err is None for err, _, _ in outcomes)
+    p.close()
+
+
 def test_a_callback_of_bytes_messages_gets_reports_read_from_the_clients(
     mock: MockCluster,
 ) -> None:

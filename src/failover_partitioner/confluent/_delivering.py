@@ -213,9 +213,11 @@ class Delivering(Clients):
             self._bare[topic] = self._choosers[topic]
         if change.fast or not change.new:
             self._meta.set_fast(topic, change.fast)
-        self._attention_at = 0.0
-        # The view may have changed: off the healthy path until _service looks again.
-        self._leave_whole(topic)
+        if change.changed:
+            # Off the healthy path (its lanes were cut from the old view) until _service
+            # looks again; a fetch that brought the same facts leaves it as it is.
+            self._attention_at = 0.0
+            self._leave_whole(topic)
 
     def _admit(self, rec: _Record) -> Entry[_Record]:
         """Give ``rec`` its retry-buffer entry (on its first failure or wait): it was counted

@@ -436,7 +436,8 @@ class Routing(Delivering):
             return
         # Nothing waits to be retried. A quarantine's back-off may still run: the healthy path
         # serves the view without its partition meanwhile, and a metadata fetch when it ends
-        # brings the release (_on_metadata leaves the healthy path; this looks again).
+        # brings the release (a change of the view: _on_metadata leaves the healthy path, and
+        # this looks again).
         for topic, end in tick.ends.items():
             self._meta.request_at(topic, end)
         self._reopen_whole()

@@ -119,11 +119,14 @@ class HealthyPath(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class MetadataChange:
     """What a metadata update means. ``new``: the topic's first; ``fast``: watch its metadata
-    closely (something is out of use); ``leaders_moved``: re-route the client now."""
+    closely (something is out of use); ``leaders_moved``: re-route the client now;
+    ``changed``: the topic's view changed (a new topic's too), so a shell's paths cut from
+    the old one are out of date (else the fetch brought the same facts)."""
 
     new: bool
     fast: bool
     leaders_moved: bool
+    changed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,14 +216,16 @@ class FailoverCore(Generic[E]):
                     self.topics[topic] = state
                     self.choosers[topic] = state.chooser
                     return MetadataChange(
-                        new=True, fast=state.wants_fast_refresh, leaders_moved=False
+                        new=True, fast=state.wants_fast_refresh, leaders_moved=False, changed=True
                     )
         old = state.metadata
-        released = state.apply_metadata(md, self._clock())
+        released, changed = state.apply_metadata(md, self._clock())
         if released:
             logger.info("partitions %s of %s released from quarantine", released, topic)
         moved = [p.leader for p in old.partitions] != [p.leader for p in md.partitions]
-        return MetadataChange(new=False, fast=state.wants_fast_refresh, leaders_moved=moved)
+        return MetadataChange(
+            new=False, fast=state.wants_fast_refresh, leaders_moved=moved, changed=changed
+        )
 
     # -- routing ----------------------------------------------------------------------------
 

@@ -124,8 +124,9 @@ class TopicState:
                 self.rebuild()
             return newly
 
-    def apply_metadata(self, md: TopicMetadata, now: float) -> list[int]:
-        """Take a new metadata fetch; release quarantines it shows usable and due (returned)."""
+    def apply_metadata(self, md: TopicMetadata, now: float) -> tuple[list[int], bool]:
+        """Take a new metadata fetch; release quarantines it shows usable and due. Returns
+        those released, and whether the chooser's view changed (else only its fetch time)."""
         with self.lock:
             old = self.metadata
             self.metadata = md
@@ -141,9 +142,10 @@ class TopicState:
                 or md.exists != old.exists
             ):
                 self.rebuild()
-            else:  # same facts: keep the chooser's rotation; only the snapshot's time moves
-                self.rebuild_unchanged()
-            return released
+                return released, True
+            # The same facts: keep the chooser's rotation; only the snapshot's time moves.
+            self.rebuild_unchanged()
+            return released, False
 
     def release_due(self, now: float) -> tuple[list[int], float | None]:
         """Release due quarantines the metadata shows usable; also the next back-off end.
