@@ -165,6 +165,20 @@ def test_the_healthy_path_reports_each_message_once_and_hands_failures_over(
     assert len(values) == 200 + 2 * n
 
 
+def count_failover_path(p: FailoverProducer) -> list[int]:
+    """A one-item list counting the messages ``p`` sends through its failover path from now
+    on (those its healthy path does not take)."""
+    count = [0]
+    through = p._produce_failover
+
+    def counted(*args: Any) -> None:
+        count[0] += 1
+        through(*args)
+
+    p._produce_failover = counted  # type: ignore[method-assign,assignment]
+    return count
+
+
 def test_a_quarantine_leaves_the_healthy_path_open_and_ends_with_a_fetch_of_then(
     mock: MockCluster,
 ) -> None:
@@ -184,15 +198,7 @@ def test_a_quarantine_leaves_the_healthy_path_open_and_ends_with_a_fetch_of_then
     struck_at = time.monotonic()
     p.report_failure(TOPIC, 0, KafkaError(NOT_ENOUGH_REPLICAS))
     assert not p.usable(TOPIC, 0)
-    failover_path = 0
-    through = p._produce_failover
-
-    def counted(*args: Any) -> None:
-        nonlocal failover_path
-        failover_path += 1
-        through(*args)
-
-    p._produce_failover = counted  # type: ignore[method-assign,assignment]
+    failover_path = count_failover_path(p)
     reports = Reports()
     for i in range(300):
         p.produce(TOPIC, b"v%d" % i, key=b"k%d" % i if i % 2 else None, on_delivery=reports)
@@ -200,7 +206,7 @@ def test_a_quarantine_leaves_the_healthy_path_open_and_ends_with_a_fetch_of_then
     assert time.monotonic() - struck_at < 3.0, "measured within the back-off"
     # The first message after the strike looks (it ends the quarantine's attention); the rest
     # take the healthy path.
-    assert failover_path <= 1, f"{failover_path} of 300 messages took the failover path"
+    assert failover_path[0] <= 1, f"{failover_path[0]} of 300 messages took the failover path"
     outcomes = [o for each in reports.by_value.values() for o in each]
     assert len(outcomes) == 300
     assert all(err is None and part != 0 for err, part, _ in outcomes)
@@ -216,15 +222,7 @@ def test_a_metadata_fetch_that_finds_the_topic_as_it_was_leaves_the_healthy_path
     the healthy path: it does not send the next message through the failover path to look
     again after every fetch (every 0.5 s while a topic is watched closely)."""
     p = producer(mock, ready=TOPIC, metadata_refresh_s=0.05)
-    failover_path = 0
-    through = p._produce_failover
-
-    def counted(*args: Any) -> None:
-        nonlocal failover_path
-        failover_path += 1
-        through(*args)
-
-    p._produce_failover = counted  # type: ignore[method-assign,assignment]
+    failover_path = count_failover_path(p)
     mock.track_requests()
     reports = Reports()
     i = 0
@@ -240,7 +238,7 @@ def test_a_metadata_fetch_that_finds_the_topic_as_it_was_leaves_the_healthy_path
     fetches = sum(1 for _, api_key in mock.requests() if api_key == METADATA_API_KEY)
     assert fetches >= 5, f"only {fetches} metadata fetches in a second"
     # The first message may look (it opens the path); before, one more after each fetch.
-    assert failover_path <= 1, f"{failover_path} of {i} messages took the failover path"
+    assert failover_path[0] <= 1, f"{failover_path[0]} of {i} messages took the failover path"
     outcomes = [o for each in reports.by_value.values() for o in each]
     assert len(outcomes) == i
     assert all(err is None for err, _, _ in outcomes)
