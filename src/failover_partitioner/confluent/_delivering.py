@@ -34,7 +34,7 @@ logger = logging.getLogger("failover_partitioner.confluent.producer")  # the pro
 class Delivering(Clients):
     """What a delivery report, a failure or a metadata answer does."""
 
-    def _reporter(self, cb: DeliveryCallback | None, keeping: bool = False) -> Callable[..., None]:
+    def _reporter(self, cb: DeliveryCallback, keeping: bool = False) -> Callable[..., None]:
         """The client's delivery callback for messages sent without a record whose callback is
         ``cb`` (see ``_report_for``; ``keeping``: for messages with headers or a timestamp, to
         be bound to them, see ``_report_keeping``). The last one made of each kind is kept

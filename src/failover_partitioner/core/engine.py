@@ -222,7 +222,8 @@ class FailoverCore(Generic[E]):
         released, changed = state.apply_metadata(md, self._clock())
         if released:
             logger.info("partitions %s of %s released from quarantine", released, topic)
-        moved = [p.leader for p in old.partitions] != [p.leader for p in md.partitions]
+        # (Leaders can have moved only in a view that changed.)
+        moved = changed and [p.leader for p in old.partitions] != [p.leader for p in md.partitions]
         return MetadataChange(
             new=False, fast=state.wants_fast_refresh, leaders_moved=moved, changed=changed
         )
