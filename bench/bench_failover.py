@@ -39,6 +39,7 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from confluent_kafka import Producer
@@ -53,10 +54,12 @@ from failover_partitioner.metadata.confluent import ConfluentMetadataSource
 from failover_partitioner.testing import MockCluster
 from harness import (
     FAULT_CONFIG,
+    FaultCluster,
     FaultRuns,
     Figure,
     MinibrokerProcess,
     alternated,
+    minibroker_twins,
     per_round,
     runs_under_fault,
 )
@@ -511,9 +514,18 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
     return figures
 
 
-def fault_runs(n: int, repeat: int, strategy: str, keyed: bool) -> FaultRuns:
+def fault_runs(
+    n: int,
+    repeat: int,
+    strategy: str,
+    keyed: bool,
+    twins: Callable[[], AbstractContextManager[tuple[FaultCluster, FaultCluster]]] = (
+        minibroker_twins
+    ),
+) -> FaultRuns:
     """A fault figure's rounds: a producer kept through the stop (``_Kept``), and beside it the
-    raw client placing as this producer does (what the fault costs without it)."""
+    raw client placing as this producer does (what the fault costs without it); on the
+    clusters ``twins`` makes (minibroker's by default)."""
     kept = _Kept(n, keyed, strategy=strategy)
     try:
         return runs_under_fault(
@@ -525,6 +537,7 @@ def fault_runs(n: int, repeat: int, strategy: str, keyed: bool) -> FaultRuns:
             if keyed
             else functools.partial(_raw_as_placed, n=n, strategy=strategy),
             done=kept.close,
+            twins=twins,
         )
     finally:
         kept.close()  # (again, if the rounds failed: a second close does nothing)

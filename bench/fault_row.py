@@ -2,16 +2,60 @@
 brokers 4 and 5 of five, against its rate on a healthy twin cluster, and a raw Producer placing
 as it does beside it (bench_failover's code and clusters, fewer rows: about a minute).
 
-``python bench/fault_row.py sticky|round_robin|keyed [--rounds N] [--messages N]``. With
-``PYTHONPATH`` pointing at another checkout's ``src``, the same row measures that code.
+``python bench/fault_row.py sticky|round_robin|keyed [--rounds N] [--messages N] [--kafka]``.
+``--kafka``: the twin clusters are real Apache Kafka (tests/realkafka: five brokers and a
+controller each, twelve JVMs in all; a SIGTERM stops brokers 4 and 5, a controlled shutdown)
+instead of minibroker's. With ``PYTHONPATH`` pointing at another checkout's ``src``, the same
+row measures that code.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import bench_failover as bf
+from harness import FAULT_CONFIG, FaultCluster, minibroker_twins
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.realkafka.cluster import KafkaCluster
+
+
+class _KafkaTwin:
+    """A real Kafka cluster as ``runs_under_fault`` uses one (harness.FaultCluster)."""
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self._cluster = cluster
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._cluster.bootstrap_servers
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        self._cluster.create_topic(name, partitions=partitions, replication_factor=3)
+
+    def stop_broker(self, broker_id: int) -> None:
+        """A controlled shutdown, then wait until the metadata shows the broker in no ISR."""
+        self._cluster.stop(broker_id)
+        self._cluster.wait_for(
+            lambda: all(broker_id not in v.isr for v in self._cluster.describe(bf.TOPIC)),
+            timeout_s=60,
+            what=f"broker {broker_id} to leave every ISR of {bf.TOPIC}",
+        )
+
+
+@contextlib.contextmanager
+def kafka_twins() -> Iterator[tuple[FaultCluster, FaultCluster]]:
+    min_isr = int(FAULT_CONFIG["min.insync.replicas"])
+    with (
+        KafkaCluster(5, min_insync_replicas=min_isr) as healthy,
+        KafkaCluster(5, min_insync_replicas=min_isr) as faulty,
+    ):
+        yield _KafkaTwin(healthy), _KafkaTwin(faulty)
 
 
 def main() -> None:
@@ -19,13 +63,17 @@ def main() -> None:
     parser.add_argument("row", choices=["sticky", "round_robin", "keyed"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--kafka", action="store_true", help="real Apache Kafka clusters")
     args = parser.parse_args()
     keyed = args.row == "keyed"
     strategy = "sticky" if keyed else args.row
-    runs = bf.fault_runs(args.messages, args.rounds, strategy, keyed)
+    twins = kafka_twins if args.kafka else minibroker_twins
+    runs = bf.fault_runs(args.messages, args.rounds, strategy, keyed, twins)
     faulty, healthy = statistics.median(runs.faulty), statistics.median(runs.healthy)
     print(f"{args.row}: first run after the stop {runs.transition}")
     print(f"  faulty / healthy {faulty / healthy:.3f} ({runs.spread()})")
+    print(f"  rates: healthy {[round(r) for r in runs.healthy]}")
+    print(f"         faulty {[round(r) for r in runs.faulty]}")
     print(f"  a raw Producer placing as it does: {runs.reference_ratio():.3f} of its healthy rate")
     raw_faulty = statistics.median(runs.reference_faulty)
     print(f"  this producer / that raw Producer, faulty: {faulty / raw_faulty:.3f}")

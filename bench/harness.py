@@ -7,12 +7,13 @@ same process and run, so a noisy or slow machine moves both sides together.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from failover_partitioner.errors import ProduceTimeout
 
@@ -97,6 +98,13 @@ class MinibrokerProcess:
         self._conn.send((command, args, kwargs))
         self._conn.recv()
 
+    def create_topic(self, name: str, partitions: int) -> None:
+        """``name`` with ``partitions`` partitions, three replicas each."""
+        self.call("create_topic", name, partitions, 3)
+
+    def stop_broker(self, broker_id: int) -> None:
+        self.call("stop_broker", broker_id)
+
     def close(self) -> None:
         if self._proc.is_alive():
             self._conn.send(("close", (), {}))
@@ -119,6 +127,28 @@ FAULT_CONFIG = {
     "replica.lag.time.max.ms": "300",
     "broker.session.timeout.ms": "300",
 }
+
+
+class FaultCluster(Protocol):
+    """What :func:`runs_under_fault` needs of a cluster: minibroker's (MinibrokerProcess) or
+    real Kafka's (``bench/fault_row.py --kafka``)."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    def create_topic(self, name: str, partitions: int) -> None: ...
+
+    def stop_broker(self, broker_id: int) -> None: ...
+
+
+@contextlib.contextmanager
+def minibroker_twins() -> Iterator[tuple[FaultCluster, FaultCluster]]:
+    """Two 5-broker minibroker clusters (FAULT_CONFIG), each in a process of its own."""
+    with (
+        MinibrokerProcess(5, FAULT_CONFIG) as healthy,
+        MinibrokerProcess(5, FAULT_CONFIG) as faulty,
+    ):
+        yield healthy, faulty
 
 
 @dataclass(frozen=True)
@@ -172,24 +202,25 @@ def runs_under_fault(
     repeat: int,
     reference: Callable[[str], float] | None = None,
     done: Callable[[], None] | None = None,
+    twins: Callable[
+        [], contextlib.AbstractContextManager[tuple[FaultCluster, FaultCluster]]
+    ] = minibroker_twins,
 ) -> FaultRuns:
-    """``rate(bootstrap)`` on two 5-broker clusters (RF 3, min ISR 2), each in a process of its
-    own, after brokers 4 and 5 of one are stopped: first once right after the stop (the
+    """``rate(bootstrap)`` on two 5-broker clusters (RF 3, min ISR 2; ``twins`` makes them,
+    minibroker's by default, each in a process of its own), after brokers 4 and 5 of one are
+    stopped: first once right after the stop (the
     transition: failures, quarantines, elections), then ``repeat`` rounds alternating the two
     clusters, so that load from elsewhere on the machine falls on both. ``reference``: a rate
     measured in the same rounds after ``rate`` (e.g. a raw client doing the same), so that
     what the fault costs the cluster and the client shows beside what it costs ``rate``.
     ``done``: called after the rounds, before the clusters stop (to close what ``rate`` kept
     open)."""
-    with (
-        MinibrokerProcess(5, FAULT_CONFIG) as healthy,
-        MinibrokerProcess(5, FAULT_CONFIG) as faulty,
-    ):
+    with twins() as (healthy, faulty):
         for cluster in (healthy, faulty):
-            cluster.call("create_topic", topic, partitions, 3)
+            cluster.create_topic(topic, partitions)
             rate(cluster.bootstrap_servers)  # warm-up: connections, code paths
-        faulty.call("stop_broker", 4)
-        faulty.call("stop_broker", 5)
+        faulty.stop_broker(4)
+        faulty.stop_broker(5)
         # Writes held in a request with a partition that fell under min ISR are answered at
         # the request timeout (5 s), and the client's queue fills meanwhile: the producer waits
         # for room (produce_timeout_s, 15 s by default: 5 s longer than the client holds a
