@@ -20,12 +20,23 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
 
 from failover_partitioner import AsyncFailoverProducer
-from harness import Figure, MinibrokerProcess, alternated, per_round, runs_under_fault
+from harness import (
+    FaultCluster,
+    FaultRuns,
+    Figure,
+    MinibrokerProcess,
+    alternated,
+    minibroker_twins,
+    per_round,
+    runs_under_fault,
+)
 
 VALUE = b"x" * 100
 TOPIC = "bench-aio"
@@ -89,13 +100,25 @@ class _Kept:
         self._loop.close()
 
 
-def _fault_figure(n: int, repeats: int) -> Figure:
-    """The rate while brokers 4 and 5 of five are stopped, against a healthy twin cluster."""
+def fault_runs(
+    n: int,
+    repeats: int,
+    twins: Callable[[], AbstractContextManager[tuple[FaultCluster, FaultCluster]]] = (
+        minibroker_twins
+    ),
+) -> FaultRuns:
+    """The rounds of the fault figure, on the clusters ``twins`` makes (minibroker's by
+    default)."""
     kept = _Kept(n)
     try:
-        runs = runs_under_fault(kept.rate, TOPIC, PARTITIONS, repeats, done=kept.close)
+        return runs_under_fault(kept.rate, TOPIC, PARTITIONS, repeats, done=kept.close, twins=twins)
     finally:
         kept.close()
+
+
+def _fault_figure(n: int, repeats: int) -> Figure:
+    """The rate while brokers 4 and 5 of five are stopped, against a healthy twin cluster."""
+    runs = fault_runs(n, repeats)
     return Figure(
         issue=20,
         name="AsyncFailoverProducer msgs/s, brokers 4+5 stopped vs healthy",
