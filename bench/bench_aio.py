@@ -20,18 +20,16 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped,unused-ignore]  # no py.typed
 
 from failover_partitioner import AsyncFailoverProducer
 from harness import (
-    FaultCluster,
     FaultRuns,
     Figure,
     MinibrokerProcess,
+    Twins,
     alternated,
     minibroker_twins,
     per_round,
@@ -103,9 +101,7 @@ class _Kept:
 def fault_runs(
     n: int,
     repeats: int,
-    twins: Callable[[], AbstractContextManager[tuple[FaultCluster, FaultCluster]]] = (
-        minibroker_twins
-    ),
+    twins: Twins = minibroker_twins,
 ) -> FaultRuns:
     """The rounds of the fault figure, on the clusters ``twins`` makes (minibroker's by
     default)."""

@@ -39,7 +39,6 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 from confluent_kafka import Producer
@@ -54,10 +53,10 @@ from failover_partitioner.metadata.confluent import ConfluentMetadataSource
 from failover_partitioner.testing import MockCluster
 from harness import (
     FAULT_CONFIG,
-    FaultCluster,
     FaultRuns,
     Figure,
     MinibrokerProcess,
+    Twins,
     alternated,
     minibroker_twins,
     per_round,
@@ -519,9 +518,7 @@ def fault_runs(
     repeat: int,
     strategy: str,
     keyed: bool,
-    twins: Callable[[], AbstractContextManager[tuple[FaultCluster, FaultCluster]]] = (
-        minibroker_twins
-    ),
+    twins: Twins = minibroker_twins,
 ) -> FaultRuns:
     """A fault figure's rounds: a producer kept through the stop (``_Kept``), and beside it the
     raw client placing as this producer does (what the fault costs without it); on the

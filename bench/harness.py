@@ -141,6 +141,10 @@ class FaultCluster(Protocol):
     def stop_broker(self, broker_id: int) -> None: ...
 
 
+# What makes the healthy and the faulty cluster of a fault figure, as a context manager.
+Twins = Callable[[], contextlib.AbstractContextManager[tuple[FaultCluster, FaultCluster]]]
+
+
 @contextlib.contextmanager
 def minibroker_twins() -> Iterator[tuple[FaultCluster, FaultCluster]]:
     """Two 5-broker minibroker clusters (FAULT_CONFIG), each in a process of its own."""
@@ -202,15 +206,13 @@ def runs_under_fault(
     repeat: int,
     reference: Callable[[str], float] | None = None,
     done: Callable[[], None] | None = None,
-    twins: Callable[
-        [], contextlib.AbstractContextManager[tuple[FaultCluster, FaultCluster]]
-    ] = minibroker_twins,
+    twins: Twins = minibroker_twins,
 ) -> FaultRuns:
     """``rate(bootstrap)`` on two 5-broker clusters (RF 3, min ISR 2; ``twins`` makes them,
     minibroker's by default, each in a process of its own), after brokers 4 and 5 of one are
-    stopped: first once right after the stop (the
-    transition: failures, quarantines, elections), then ``repeat`` rounds alternating the two
-    clusters, so that load from elsewhere on the machine falls on both. ``reference``: a rate
+    stopped: first once right after the stop (the transition: failures, quarantines,
+    elections), then ``repeat`` rounds alternating the two clusters, so that load from
+    elsewhere on the machine falls on both. ``reference``: a rate
     measured in the same rounds after ``rate`` (e.g. a raw client doing the same), so that
     what the fault costs the cluster and the client shows beside what it costs ``rate``.
     ``done``: called after the rounds, before the clusters stop (to close what ``rate`` kept
