@@ -135,7 +135,7 @@ def run(quick: bool) -> list[Figure]:
     n = 20_000 if quick else 100_000
     repeats = 2 if quick else 5  # rounds stray far on a shared machine: more of them
     with MinibrokerProcess(3, {"min.insync.replicas": "2"}) as cluster:
-        cluster.call("create_topic", TOPIC, PARTITIONS, 3)
+        cluster.create_topic(TOPIC, PARTITIONS)
         bootstrap = cluster.bootstrap_servers
         asyncio.run(_failover_rate(bootstrap, n // 10))  # warm-up: connections, code paths
         runs = alternated(

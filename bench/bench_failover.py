@@ -451,7 +451,7 @@ def _minibroker_figures(n: int, repeat: int) -> list[Figure]:
     figures = []
     cluster = MinibrokerProcess(5, FAULT_CONFIG)
     try:
-        cluster.call("create_topic", TOPIC, PARTITIONS, 3)
+        cluster.create_topic(TOPIC, PARTITIONS)
         for name, per_message, options, target in _HEALTHY_FIGURES:
             ours, raw, cpu = _compare(cluster.bootstrap_servers, n, repeat, per_message, **options)
             figures.append(

@@ -265,8 +265,8 @@ def _minibroker_pair() -> Iterator[tuple[str, str, dict[str, Any]]]:
     # Each cluster in a process of its own, as real brokers are: in this process the brokers'
     # Python would compete for the GIL with the mirror's, and not with the bare loop's.
     with MinibrokerProcess(3, config) as src, MinibrokerProcess(3, config) as dst:
-        src.call("create_topic", TOPIC, partitions=PARTITIONS, replication_factor=3)
-        dst.call("create_topic", TOPIC, partitions=PARTITIONS, replication_factor=3)
+        src.create_topic(TOPIC, PARTITIONS)
+        dst.create_topic(TOPIC, PARTITIONS)
         yield src.bootstrap_servers, dst.bootstrap_servers, {}
 
 

@@ -82,7 +82,8 @@ class MinibrokerProcess:
 
     In the benchmark's process the brokers' Python code would share the GIL with the client
     being measured, and a client that does more Python work would be slowed twice. Use as a
-    context manager; ``call("create_topic", ...)`` runs a ``Cluster`` method in the child.
+    context manager; ``call("slow_broker", 2, 50.0)`` runs a ``Cluster`` method in the child
+    (``create_topic`` and ``stop_broker`` have methods of their own).
     """
 
     def __init__(self, brokers: int, config: dict[str, str] | None = None) -> None:

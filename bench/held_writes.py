@@ -27,7 +27,7 @@ def timeline(seconds: int, cut_at: float, lag_ms: int) -> dict[str, object]:
     """Messages accepted in each second, and the producer's counters at the end."""
     config = {"min.insync.replicas": "2", "replica.lag.time.max.ms": str(lag_ms)}
     with MinibrokerProcess(5, config) as cluster:
-        cluster.call("create_topic", TOPIC, 12, 3)
+        cluster.create_topic(TOPIC, 12)
         p = FailoverProducer(
             {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "log_level": 0}
         )
