@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">i")
 _API_VERSIONS = 18
+# Loop passes a stopped broker waits for the sockets it accepted to close (each takes one to
+# three: a transport made, connection_made, connection_lost).
+_SETTLE_PASSES = 20
 
 
 class RequestContext:
@@ -130,6 +133,7 @@ class Connection(asyncio.Protocol):
         self.peer_host = ""
         self._refused = False
         self._serving = False  # inside _serve_buffer, whose loop goes on by itself
+        broker.unclosed.add(self)  # until its socket is closed (connection_lost)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -149,6 +153,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._slots.clear()
         self.broker.connections.discard(self)
+        self.broker.unclosed.discard(self)  # the transport closes the socket as this returns
 
     def close(self, reason: str) -> None:
         if not self.closed:
@@ -329,9 +334,13 @@ class BrokerRuntime:
         self.host = host
         self.port = port
         self.connections: set[Connection] = set()
+        # Every connection the listener accepted whose socket is not closed yet (those above,
+        # and those accepted as the broker stops, which close themselves on connection_made).
+        self.unclosed: set[Connection] = set()
         self.isolated = False
         self.replication_delay_s = 0.0
         self._server: asyncio.Server | None = None
+        self._listener_closed: asyncio.Future[None] | None = None
 
     @property
     def running(self) -> bool:
@@ -339,6 +348,8 @@ class BrokerRuntime:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._listener_closed is not None:
+            await self._listener_closed  # the port is free again
         self._server = await loop.create_server(
             lambda: Connection(self), self.host, self.port, reuse_address=True, backlog=128
         )
@@ -346,12 +357,42 @@ class BrokerRuntime:
             self.port = self._server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
+        """Stop accepting at once and drop every connection. The listener closes in the
+        loop's next pass: asyncio makes an accepted connection's transport in a task of its own,
+        which fails if the listener closed in between and leaves the socket to the garbage
+        collector; accepted before the stop, such a connection gets its transport first and
+        then closes itself (``Connection.connection_made``)."""
         server, self._server = self._server, None
         if server is not None:
-            server.close()
+            loop = self.cluster.loop
+            for sock in server.sockets:
+                loop.remove_reader(sock.fileno())  # (also cancels an accept already due)
+            closed: asyncio.Future[None] = loop.create_future()
+
+            def close_listener() -> None:
+                server.close()
+                closed.set_result(None)
+
+            self._listener_closed = closed
+            loop.call_soon(close_listener)
         for connection in list(self.connections):
             connection.abort()
         self.connections.clear()
+
+    async def stopped(self) -> None:
+        """Wait, after ``stop()``, until the listener is closed and so is every socket it
+        accepted (a few passes of the loop)."""
+        if self._listener_closed is not None:
+            await self._listener_closed
+        for _ in range(_SETTLE_PASSES):
+            if not self.unclosed:
+                return
+            await asyncio.sleep(0)
+        logger.warning(
+            "Broker %d: %d connections still open after it stopped",
+            self.broker_id,
+            len(self.unclosed),
+        )
 
 
 class FetchWaiter:
@@ -425,6 +466,7 @@ class ClusterRuntime:
         for partition in list(self.controller.partitions()):
             partition.close(ErrorCode.not_leader_or_follower)
         self.groups.close()
+        await asyncio.gather(*(broker.stopped() for broker in self.brokers.values()))
         await asyncio.sleep(0)
 
     @property
