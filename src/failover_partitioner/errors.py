@@ -35,6 +35,7 @@ __all__ = [
     "ProduceTimeout",
     "ProducerClosed",
     "classify",
+    "not_accepted",
     "try_alone",
 ]
 
@@ -103,6 +104,30 @@ class BatchRefused(FailoverError):
         )
         self.topic = topic
         self.refused = refused
+
+
+# What a signal's exception (Ctrl-C) carries out of FailoverProducer.produce_batch.
+_NOT_ACCEPTED = "failover_not_accepted"
+
+
+def not_accepted(interrupt: BaseException) -> list[int] | None:
+    """The indices of the messages ``FailoverProducer.produce_batch`` did not accept when
+    ``interrupt`` came out of it, in order; None for an exception that did not.
+
+    Ctrl-C (or a signal handler's ``sys.exit()``) goes on out of ``produce_batch`` as it was
+    raised, a KeyboardInterrupt (or SystemExit); this reads the indices it carries. Send those
+    messages again; every other one was accepted and ends as ``produce``'s do (its callback,
+    the dead-letter hook, or ``close()``'s list). When the signal lands between two of the
+    producer's own steps rather than in a client call (rare: almost all the time of a batch is
+    spent in the client), a message the producer had just taken may be named too, so sending
+    the named ones again may make a copy, never a loss.
+    """
+    indices = getattr(interrupt, _NOT_ACCEPTED, None)
+    return None if indices is None else list(indices)
+
+
+def _mark_not_accepted(interrupt: BaseException, indices: list[int]) -> None:
+    setattr(interrupt, _NOT_ACCEPTED, tuple(indices))
 
 
 # --- delivery error policy --------------------------------------------------------------------

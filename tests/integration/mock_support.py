@@ -27,17 +27,24 @@ def mock_with_topic(topic: str, partitions: int) -> Iterator[MockCluster]:
 
 
 @contextmanager
-def interrupted_as_it_returns(p: FailoverProducer, client_call: str) -> Iterator[None]:
+def interrupted_as_it_returns(
+    p: FailoverProducer, client_call: str, calls_before: int = 0
+) -> Iterator[None]:
     """Inside the block, the producer's ``client_call`` (the client's produce or produce_batch,
     as the producer holds it) gets KeyboardInterrupt as it returns, having taken the message:
-    where Python raises a Ctrl-C that comes during a C call."""
+    where Python raises a Ctrl-C that comes during a C call. ``calls_before``: calls made
+    first without one (a call that raises counts)."""
     import _thread
 
     call = getattr(p, client_call)
+    made = 0
 
     def taken_then_interrupted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal made
+        made += 1
         taken = call(*args, **kwargs)
-        _thread.interrupt_main()  # the signal, as the client's call returns
+        if made > calls_before:
+            _thread.interrupt_main()  # the signal, as the client's call returns
         return taken
 
     setattr(p, client_call, taken_then_interrupted)

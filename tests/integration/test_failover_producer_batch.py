@@ -11,7 +11,7 @@ import pytest
 
 from failover_partitioner import DeliveryReport, FailoverProducer, ProduceTimeout
 from failover_partitioner._murmur2 import partition_for_key
-from failover_partitioner.errors import BatchRefused
+from failover_partitioner.errors import BatchRefused, not_accepted
 from failover_partitioner.testing import MockCluster
 from tests.integration.mock_support import (
     consume_topic,
@@ -221,7 +221,8 @@ def test_ctrl_c_as_the_client_takes_part_of_a_batch_counts_in_what_it_took(
 ) -> None:
     """Ctrl-C lands as a client call returns (see test_failover_mock's Ctrl-C tests): the
     messages the client took by then are accepted (counted in ``produced``, delivered, each
-    callback once), the others not, and the dicts come back unchanged. ``group``: the signal
+    callback once), the others not, ``errors.not_accepted`` of the KeyboardInterrupt names
+    exactly those the topic lacks, and the dicts come back unchanged. ``group``: the signal
     comes as the client takes the first partition's share (10 of 60); ``alone``: a queue of 5
     refused the rest of the shares, and it comes as the client takes the first of those,
     sent alone (5 + 1)."""
@@ -235,18 +236,72 @@ def test_ctrl_c_as_the_client_takes_part_of_a_batch_counts_in_what_it_took(
     else:
         call = "_produce_reported" if reported else "_produce_raw"
     try:
-        with interrupted_as_it_returns(p, call), pytest.raises(KeyboardInterrupt):
+        with interrupted_as_it_returns(p, call), pytest.raises(KeyboardInterrupt) as info:
             p.produce_batch(TOPIC, batch, on_delivery=cb)
         assert p.flush(10) == 0
         taken = 10 if where == "group" else 6
         stats = p.statistics()
         assert (stats.produced, stats.delivered, stats.in_flight) == (taken, taken, 0)
         assert all(m.keys() == {"value"} for m in batch)
+        left = not_accepted(info.value)
+        assert left is not None
+        assert len(left) == 60 - taken
+        assert left == sorted(left)
+        accepted = {batch[i]["value"] for i in set(range(60)) - set(left)}
+        assert {m.value() for m in consume_all(mock, taken)} == accepted
         if reported:
             assert len(seen) == taken
             assert all(err is None for err, _ in seen)
+            assert {value for _, value in seen} == accepted
     finally:
         assert p.close() == []
+
+
+def test_ctrl_c_in_a_batch_sent_one_by_one_names_what_was_not_accepted(
+    mock: MockCluster,
+) -> None:
+    """Keyed messages take produce()'s path one by one. Ctrl-C as the client takes the fourth
+    call (message 3; message 1, a bad value, was refused before it): ``not_accepted`` names
+    the refused one and every one after the interrupted one, which was accepted."""
+    p = producer(mock)
+    batch: list[dict[str, Any]] = [{"value": b"m%d" % i, "key": b"k%d" % i} for i in range(6)]
+    batch[1] = {"value": 3, "key": b"k1"}  # not bytes: the client refuses it
+    try:
+        with (
+            interrupted_as_it_returns(p, "_produce_raw", calls_before=3),
+            pytest.raises(KeyboardInterrupt) as info,
+        ):
+            p.produce_batch(TOPIC, batch)
+        assert not_accepted(info.value) == [1, 4, 5]
+        assert p.flush(10) == 0
+        assert sorted(m.value() for m in consume_all(mock, 3)) == [b"m0", b"m2", b"m3"]
+    finally:
+        assert p.close() == []
+
+
+def test_ctrl_c_while_a_batch_waits_for_room_names_the_rest(mock: MockCluster) -> None:
+    """Ctrl-C while a chunk waits under max_in_flight (no broker answers): the chunk before it
+    was accepted (close() hands it back), the rest is named not accepted."""
+    import _thread
+    import threading
+
+    p = producer(mock, max_in_flight=10, produce_timeout_s=20)
+    for b in range(1, 4):
+        mock.broker_down(b)
+    batch = [{"value": b"m%d" % i} for i in range(30)]
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            p.produce_batch(TOPIC, batch)
+        assert not_accepted(info.value) == list(range(10, 30))
+    finally:
+        timer.cancel()
+        left = p.close(timeout=0.2)
+    assert sorted(m.value for m in left if isinstance(m.value, bytes)) == sorted(
+        b"m%d" % i for i in range(10)
+    )
+    assert not_accepted(KeyboardInterrupt()) is None
 
 
 def test_a_batch_over_the_inflow_limit_waits_then_refuses_the_rest(mock: MockCluster) -> None:

@@ -18,6 +18,7 @@ from failover_partitioner.confluent._shared import (
     _LOCAL_UNKNOWN,
     _PLAIN_CALLBACKS,
     _REFUSAL_MEMORY_S,
+    _TAKEN,
     DeliveryCallback,
     _kafka_error,
     _Record,
@@ -52,11 +53,15 @@ class Delivering(Clients):
             self._reporting = (cb, report)
         return report
 
-    def _taken_when_interrupted(self, first: bool, previous: int = -1, partition: int = -1) -> None:
-        """A signal's exception came out of the client's produce call (see ``_SIGNALLED``):
-        the client took the message, so the attempt stands as if the call had returned. A
-        first attempt counts in (``produce`` would have); a retry's move is counted."""
+    def _taken_when_interrupted(
+        self, exc: BaseException, first: bool, previous: int = -1, partition: int = -1
+    ) -> None:
+        """A signal's exception ``exc`` came out of the client's produce call (see
+        ``_SIGNALLED``): the client took the message, so the attempt stands as if the call had
+        returned. A first attempt counts in (``produce`` would have), and ``exc`` says it was
+        taken (for ``produce_batch``); a retry's move is counted."""
         if first:
+            setattr(exc, _TAKEN, True)
             self._count_in()
         else:
             self._core.sent(previous, partition)

@@ -132,7 +132,7 @@ class Producing(Routing):
             self._produce_with_record(topic, value, key, None, cb, None)
             return
         if isinstance(exc, _SIGNALLED):
-            self._taken_when_interrupted(first=True)  # the client has it: accepted
+            self._taken_when_interrupted(exc, first=True)  # the client has it: accepted
             raise exc
         if not isinstance(exc, BufferError):
             # Not accepted (a value or key of a wrong type).
@@ -164,6 +164,6 @@ class Producing(Routing):
                 continue
             except BaseException as again:
                 if isinstance(again, _SIGNALLED):
-                    self._taken_when_interrupted(first=True)
+                    self._taken_when_interrupted(again, first=True)
                 raise again from None
         raise self._timed_out(topic, value, key, None, None)

@@ -224,8 +224,8 @@ class Routing(Delivering):
             send(topic, value, key, p, sent, None, timestamp or 0, headers)
         except (BufferError, confluent_kafka.KafkaException):
             self._produce_with_record(topic, value, key, headers, cb, timestamp)
-        except _SIGNALLED:
-            self._taken_when_interrupted(first=True)
+        except _SIGNALLED as exc:
+            self._taken_when_interrupted(exc, first=True)
             raise
         except TypeError as exc:
             if headers is not None:
@@ -355,7 +355,7 @@ class Routing(Delivering):
         signal's exception came as the call returned."""
         partition = rec._partition
         if isinstance(exc, _SIGNALLED):
-            self._taken_when_interrupted(first, previous, partition)
+            self._taken_when_interrupted(exc, first, previous, partition)
             raise exc
         rec._attempts -= 1
         rec._partition = previous
@@ -408,8 +408,8 @@ class Routing(Delivering):
                 rec._attempts -= 1
                 rec._partition = previous
                 continue
-            except _SIGNALLED:
-                self._taken_when_interrupted(first, previous, partition)
+            except _SIGNALLED as exc:
+                self._taken_when_interrupted(exc, first, previous, partition)
                 raise
             self._core.sent(previous, partition)  # as _dispatch counts an attempt it made
             return True

@@ -59,6 +59,11 @@ _LOCAL_UNKNOWN = frozenset({-190, -188})
 # client took the message: the attempt stands (its report comes as any other's), the message
 # counts as accepted, and the interrupt goes on (``Delivering._taken_when_interrupted``).
 _SIGNALLED = (KeyboardInterrupt, SystemExit)
+# Marks such an exception carries up to produce_batch: "taken", a first attempt the client took
+# (set by _taken_when_interrupted); "part", (indices not taken, end) of the part of the batch
+# under way (a chunk, or messages one by one up to the one interrupted).
+_TAKEN = "_failover_taken"
+_PART = "_failover_part"
 
 # librdkafka's RD_KAFKA_PARTITION_UA: the client's partitioner places the message.
 _ANY_PARTITION = -1
