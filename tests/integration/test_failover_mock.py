@@ -25,6 +25,8 @@ from failover_partitioner import (
     UndeliveredMessage,
 )
 from failover_partitioner._murmur2 import partition_for_key
+from failover_partitioner.choose import KeyedMemo
+from failover_partitioner.confluent import _state as confluent_state
 from failover_partitioner.testing import METADATA_API_KEY, MockCluster
 from tests.integration.mock_support import (
     consume_topic,
@@ -433,6 +435,50 @@ def test_keys_stay_on_their_murmur2_partition_and_only_degraded_ones_move(
             break
         time.sleep(0.1)
     assert placed["after"] == {k: {home[k]} for k in keys}
+    p.close()
+
+
+def test_a_degraded_topics_keys_go_through_a_memo_while_they_are_few(
+    mock: MockCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the healthy path a degraded topic's keyed messages take the chooser's keyed choice
+    through a memo of its answers (KeyedMemo); once the topic shows more keys than the memo
+    keeps (50 here, 10,000 by default), through the choice itself. Either way each key lands
+    where the choice says."""
+    monkeypatch.setattr(confluent_state, "_MEMO_KEYS", 50)
+    p = producer(mock, quarantine_backoff_s=30, quarantine_max_s=30)
+    bad = leaders(p)[0]
+    placed: dict[bytes, set[int]] = {}
+
+    def cb(err: Any, report: DeliveryReport) -> None:
+        assert err is None
+        key = report.key()
+        assert isinstance(key, bytes)
+        placed.setdefault(key, set()).add(report.partition())
+
+    with mock.failing_produce(bad, NOT_ENOUGH_REPLICAS, keep=20):
+        for i in range(300):
+            p.produce(TOPIC, b"v", key=b"warm-%d" % i, on_delivery=cb)
+        assert p.flush(30) == 0
+    choice = p._core.choosers[TOPIC].keyed
+    assert not p._core.choosers[TOPIC].view.whole  # the bad broker's partitions are out
+
+    def reopened() -> bool:
+        p.produce(TOPIC, b"v", key=b"warm", on_delivery=cb)  # (a call serves what waits)
+        return TOPIC in p._keyed
+
+    wait_for(reopened, 10, "the healthy path open again for the degraded topic")
+    few = [b"few-%d" % i for i in range(40)]
+    for k in few * 3:
+        p.produce(TOPIC, b"v", key=k, on_delivery=cb)
+    assert isinstance(getattr(p._keyed[TOPIC], "__self__", None), KeyedMemo)
+    many = [b"many-%d" % i for i in range(100)]
+    for k in many:
+        p.produce(TOPIC, b"v", key=k, on_delivery=cb)
+    assert p._keyed[TOPIC] is choice  # past 50 keys: the choice itself
+    assert p.flush(30) == 0
+    assert p._core.choosers[TOPIC].keyed is choice  # (the view did not change meanwhile)
+    assert {k: placed[k] for k in few + many} == {k: {choice(k)} for k in few + many}
     p.close()
 
 

@@ -19,6 +19,8 @@ from failover_partitioner.choose import (
     CLIENT_PARTITIONER,
     NO_PARTITION,
     ChoiceOptions,
+    KeyedMemo,
+    KeyPolicy,
     PartitionChooser,
     rendezvous,
 )
@@ -203,6 +205,31 @@ def test_strict_never_moves_a_key(spec: tuple[int, frozenset[int]], key_list: li
     chooser.update(view(n, down=down))
     for k in key_list:
         assert chooser.keyed(k) == (NO_PARTITION if home[k] in down else home[k])
+
+
+@settings(max_examples=60)
+@given(
+    partition_sets,
+    st.lists(keys, min_size=1, max_size=80),
+    st.integers(0, 40),
+    st.sampled_from(["failover", "strict"]),
+)
+def test_a_keyed_memo_answers_what_its_choice_answers_and_keeps_at_most_its_cap(
+    spec: tuple[int, frozenset[int]], key_list: list[bytes], cap: int, policy: KeyPolicy
+) -> None:
+    """KeyedMemo (the confluent healthy path's table of a degraded topic's keyed choice):
+    every answer, first or remembered, is the choice's; it keeps at most ``cap`` keys, and
+    says so once, when a key past them comes."""
+    n, down = spec
+    chooser = PartitionChooser(view(n, down=down), ChoiceOptions(key_policy=policy))
+    said: list[None] = []
+    memo = KeyedMemo(chooser.keyed, cap, lambda: said.append(None))
+    for _ in range(2):
+        assert [memo[k] for k in key_list] == [chooser.keyed(k) for k in key_list]
+        assert [memo.__getitem__(k) for k in key_list] == [chooser.keyed(k) for k in key_list]
+    distinct = len(set(key_list))
+    assert len(memo) == min(cap, distinct)
+    assert len(said) == (1 if distinct > cap else 0)
 
 
 def test_failover_spreads_a_degraded_partitions_keys_over_the_others() -> None:

@@ -11,13 +11,17 @@ from typing import Any
 import confluent_kafka
 
 from failover_partitioner._message import UndeliveredMessage
-from failover_partitioner.choose import PartitionChooser
+from failover_partitioner.choose import KeyedMemo, PartitionChooser
 from failover_partitioner.confluent._shared import _CLIENT_PLACES, _OFF, DeadLetterHook, _Record
 from failover_partitioner.core import FailoverCore
 from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource
 from failover_partitioner.metrics import ProducerMetrics
 from retry_buffer import Entry, RetryBuffer
+
+# A degraded topic's keyed choice goes through a memo of its answers (KeyedMemo) on the
+# healthy path until the topic shows more distinct keys than this (about 1 MB of table).
+_MEMO_KEYS = 10_000
 
 
 class CallDepth(threading.local):
@@ -95,6 +99,7 @@ class ProducerState:
     _lanes: dict[str, Callable[[], int] | None]
     _whole: set[str]
     _keyed: dict[str, Callable[[bytes], int]]
+    _memos: dict[str, tuple[Callable[[bytes], int], Callable[[bytes], int]]]
     _whole_lock: threading.Lock
     _client_keyed: bool
     _core: FailoverCore[Entry[_Record]]
@@ -139,7 +144,10 @@ class ProducerState:
                 self._attention_at = time.monotonic() + 0.005
                 return
             rotations, whole, keyed = self._core.healthy_path(self._buffer.failed_depth)
-            self._keyed.update(keyed)
+            for gone in self._memos.keys() - keyed.keys():
+                del self._memos[gone]
+            for topic, choice in keyed.items():
+                self._keyed[topic] = self._keyed_path(topic, choice)
             if self._client_keyed:
                 self._whole.update(whole)
             for topic, rotation in rotations.items():
@@ -149,3 +157,28 @@ class ProducerState:
                     self._lanes[topic] = None  # the client places all, nobody hears of them
                 else:
                     self._lanes[topic] = _CLIENT_PLACES
+
+    def _keyed_path(self, topic: str, choice: Callable[[bytes], int]) -> Callable[[bytes], int]:
+        """What ``produce()`` calls for ``topic``'s keyed messages on the healthy path:
+        ``choice`` (the chooser's keyed choice for its view) through a :class:`KeyedMemo`,
+        until the topic shows more keys than ``_MEMO_KEYS``, then ``choice`` itself
+        (``_memo_full``). Kept per choice (``_memos``), so that a topic whose choice did not
+        change keeps its memo, or going without one. Under ``_whole_lock``."""
+        kept = self._memos.get(topic)
+        if kept is not None and kept[0] is choice:
+            return kept[1]
+        memo = KeyedMemo(choice, _MEMO_KEYS, lambda: self._memo_full(topic, choice))
+        path = memo.__getitem__
+        self._memos[topic] = (choice, path)
+        return path
+
+    def _memo_full(self, topic: str, choice: Callable[[bytes], int]) -> None:
+        """``topic``'s memo of ``choice`` has more keys than it keeps: ``choice`` itself from
+        now on (if it is still the topic's choice, and the path still open for it)."""
+        with self._whole_lock:
+            kept = self._memos.get(topic)
+            if kept is None or kept[0] is not choice:
+                return
+            self._memos[topic] = (choice, choice)
+            if self._keyed.get(topic) is kept[1]:
+                self._keyed[topic] = choice

@@ -309,8 +309,11 @@ class FailoverProducer(Batching):
         # Those of them with every partition usable, whose keyed messages the client places
         # (murmur2) when it is the Java client's partitioner; empty otherwise.
         self._whole: set[str] = set()
-        # Those of them not whole: the keyed choice of each (the chooser's, for its view).
+        # Those of them not whole: the keyed choice of each (the chooser's, for its view),
+        # through a memo of its answers while the topic's keys are few (_keyed_path), the
+        # choice and what produce() calls for it kept in _memos.
         self._keyed: dict[str, Callable[[bytes], int]] = {}
+        self._memos: dict[str, tuple[Callable[[bytes], int], Callable[[bytes], int]]] = {}
         self._whole_lock = threading.Lock()
         # sticky.partitioning.linger.ms=0 turns librdkafka's sticky partitioner off.
         linger = str(conf.get("sticky.partitioning.linger.ms", "")).strip()
