@@ -131,6 +131,44 @@ def test_a_message_too_large_for_the_topic_fails_alone_and_once(healthy: Cluster
     assert message.attempts <= 2  # in its batch, then alone: never looped
 
 
+def test_a_message_over_max_request_size_is_refused_at_send_and_not_accepted(
+    healthy: Cluster,
+) -> None:
+    """As aiokafka's send does: a message whose one-record batch would be larger than
+    max_request_size raises MessageSizeTooLargeError from send(), naming the size and the
+    limit, and is not accepted; one at it is accepted and delivered, with or without a key
+    or headers (aiokafka's estimate: 86 bytes more than a value without key or headers)."""
+    healthy.create_topic("sized", partitions=1, replication_factor=3)
+
+    async def run() -> tuple[list[str], list[Any], Any]:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=healthy.bootstrap_servers, max_request_size=2000
+        ) as ap:
+            refused = []
+            cases: list[tuple[bytes | None, bytes, list[tuple[str, bytes | str | None]] | None]]
+            cases = [
+                (None, b"v" * 1915, None),  # 1915 + 86 = 2001
+                (b"k" * 8, b"v" * 1907, None),
+                (None, b"v" * 1800, [("h", b"x" * 150)]),
+            ]
+            for key, value, headers in cases:
+                with pytest.raises(ak.MessageSizeTooLargeError) as info:
+                    await ap.send("sized", value, key, headers=headers)
+                refused.append(str(info.value))
+            futures = [
+                await ap.send("sized", b"v" * 1914),
+                await ap.send("sized", b"v" * 1906, b"k" * 8),
+                await ap.send("sized", b"v" * 1800, headers=[("h", b"x" * 100)]),
+            ]
+            return refused, await asyncio.gather(*futures), ap.statistics()
+
+    refused, delivered, stats = asyncio.run(run())
+    assert all("max_request_size=2000" in r and "not accepted" in r for r in refused)
+    assert "2001 bytes" in refused[0]
+    assert [md.offset for md in delivered] == [0, 1, 2]
+    assert (stats.produced, stats.delivered) == (3, 3)
+
+
 def test_a_topic_the_cluster_does_not_have_fails_at_once(healthy: Cluster) -> None:
     async def run() -> tuple[BaseException, float]:
         async with AsyncFailoverProducer(

@@ -18,6 +18,11 @@ from aiokafka.protocol.admin import (  # type: ignore[import-untyped,unused-igno
 from aiokafka.protocol.metadata import (  # type: ignore[import-untyped,unused-ignore]
     MetadataResponse_v5,
 )
+from aiokafka.record.default_records import (  # type: ignore[import-untyped,unused-ignore]
+    DefaultRecordBatchBuilder,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.aio._client import (
@@ -33,6 +38,7 @@ from failover_partitioner.aio._metadata import (
     parse_partitions,
 )
 from failover_partitioner.aio._settings import ANSWER_MARGIN_MS, aio_client_settings
+from failover_partitioner.aio.producer import _checked_message
 from failover_partitioner.errors import ConfigError, MetadataUnavailable
 from failover_partitioner.metadata import MinIsr
 
@@ -334,3 +340,33 @@ def test_the_inner_producer_answers_with_the_first_broker_reply() -> None:
     # sender hands the batch back instead.
     assert stock_retry is True
     assert our_retry is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 3000),
+    st.one_of(st.none(), st.integers(0, 2000)),
+    st.one_of(st.none(), st.integers(0, 3000)),
+    st.booleans(),
+)
+def test_a_message_is_refused_for_its_size_exactly_when_aiokafka_s_estimate_is_over(
+    limit: int, key_size: int | None, value_size: int | None, with_header: bool
+) -> None:
+    """send()'s size check (_checked_message) skips aiokafka's estimate for a message well
+    under max_request_size; it still refuses exactly the messages the estimate would."""
+    key = None if key_size is None else b"k" * key_size
+    value = None if value_size is None else b"v" * value_size
+    headers = [("h", b"x" * 10)] if with_header else None
+    s = aio_client_settings({"bootstrap_servers": BS, "max_request_size": limit})
+    over = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers or []) > limit
+    loop = asyncio.new_event_loop()
+    try:
+        future = loop.create_future()
+        if over:
+            with pytest.raises(ak.MessageSizeTooLargeError, match="not accepted"):
+                _checked_message(s, "t", value, key, headers, None, False, future)
+        else:
+            msg = _checked_message(s, "t", value, key, headers, None, False, future)
+            assert (msg.key, msg.value) == (key, value)
+    finally:
+        loop.close()

@@ -117,6 +117,12 @@ def _normalise_headers(headers: object, topic: str) -> Headers:
     return out
 
 
+# More than aiokafka's estimate of a one-record batch adds to its key and value when it has no
+# headers (a batch header, the record's overhead, two lengths and a header count: 93 bytes):
+# a message whose key and value are this much under max_request_size needs no estimate.
+_RECORD_OVERHEAD_BOUND = 1024
+
+
 def _checked_message(
     settings: AioClientSettings,
     topic: str,
@@ -132,8 +138,9 @@ def _checked_message(
         key = settings.key_serializer(key)
     if settings.value_serializer is not None:
         value = settings.value_serializer(value)
-    kbytes = _as_bytes("key", topic, key)
-    vbytes = _as_bytes("value", topic, value)
+    # (bytes and None pass as they are: the common case without a frame)
+    kbytes = key if key is None or type(key) is bytes else _as_bytes("key", topic, key)
+    vbytes = value if value is None or type(value) is bytes else _as_bytes("value", topic, value)
     hlist = None if headers is None else _normalise_headers(headers, topic)
     if hlist is None and id_header:
         hlist = []
@@ -143,6 +150,11 @@ def _checked_message(
         raise TypeError(
             f"timestamp_ms must be an int of epoch milliseconds or None, got {timestamp_ms!r}"
         )
+    if hlist is None and (
+        (0 if kbytes is None else len(kbytes)) + (0 if vbytes is None else len(vbytes))
+        <= settings.max_request_size - _RECORD_OVERHEAD_BOUND
+    ):
+        return Message(topic, vbytes, kbytes, hlist, timestamp_ms, future)  # fits for sure
     size = DefaultRecordBatchBuilder.estimate_size_in_bytes(kbytes, vbytes, hlist or [])
     if size > settings.max_request_size:
         raise MessageSizeTooLargeError(
@@ -360,7 +372,8 @@ class AsyncFailoverProducer:
             elif core.hold(msg, topic, p):
                 self._retry_wake.set()
             return
-        core.sent(msg.partition, p)
+        if msg.partition >= 0:  # (a retry: the core counts a move)
+            core.sent(msg.partition, p)
         msg.partition = p
         msg.tries += 1
         assert self._lanes is not None
