@@ -162,8 +162,8 @@ class ProducerState:
         """What ``produce()`` calls for ``topic``'s keyed messages on the healthy path:
         ``choice`` (the chooser's keyed choice for its view) through a :class:`KeyedMemo`,
         until the topic shows more keys than ``_MEMO_KEYS``, then ``choice`` itself
-        (``_memo_full``). Kept per choice (``_memos``), so that a topic whose choice did not
-        change keeps its memo, or going without one. Under ``_whole_lock``."""
+        (``_memo_full``). Kept per choice (``_memos``): a topic whose choice did not change
+        keeps its memo (or, past the cap, the choice alone). Under ``_whole_lock``."""
         kept = self._memos.get(topic)
         if kept is not None and kept[0] is choice:
             return kept[1]
