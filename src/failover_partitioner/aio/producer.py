@@ -372,8 +372,7 @@ class AsyncFailoverProducer:
             elif core.hold(msg, topic, p):
                 self._retry_wake.set()
             return
-        if msg.partition >= 0:  # (a retry: the core counts a move)
-            core.sent(msg.partition, p)
+        core.sent(msg.partition, p)
         msg.partition = p
         msg.tries += 1
         assert self._lanes is not None
