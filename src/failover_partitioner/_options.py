@@ -82,6 +82,9 @@ class FailoverOptions(TypedDict, total=False):
     # The timeout of one metadata request, and how long a topic's first produce()/send()/
     # health() waits for its metadata.
     metadata_timeout_s: float
+    # A topic the metadata does not list is waited for (messages held, its metadata watched
+    # closely) until this long after the producer first asked for it; 0: it fails at once.
+    topic_propagation_max_s: float
     # A failing partition's first quarantine, doubling per consecutive strike...
     quarantine_backoff_s: float
     # ... up to this; a partition without a strike this long is forgiven.
@@ -119,6 +122,7 @@ OPTION_DEFAULTS: Final[FailoverOptions] = {
     "metadata_fast_refresh_s": 0.5,
     "min_isr_refresh_s": 300.0,
     "metadata_timeout_s": 5.0,
+    "topic_propagation_max_s": 30.0,
     "quarantine_backoff_s": 0.5,
     "quarantine_max_s": 30.0,
     "message_id_header": None,
@@ -143,6 +147,7 @@ class ProducerOptions:
     produce_timeout_s: float | None
     retry_policy: RetryPolicy
     metadata_timeout_s: float
+    topic_propagation_max_s: float
     refresh_s: float
     fast_refresh_s: float
     min_isr_refresh_s: float
@@ -218,6 +223,9 @@ def producer_options(*, dead_letter_args: str, **given: Any) -> ProducerOptions:
             retry_backoff_max_s=o["retry_backoff_max_s"],
         ),
         metadata_timeout_s=check_positive_number("metadata_timeout_s", o["metadata_timeout_s"]),
+        topic_propagation_max_s=check_positive_number(
+            "topic_propagation_max_s", o["topic_propagation_max_s"], allow_zero=True
+        ),
         refresh_s=check_positive_number("metadata_refresh_s", o["metadata_refresh_s"]),
         fast_refresh_s=check_positive_number(
             "metadata_fast_refresh_s", o["metadata_fast_refresh_s"]

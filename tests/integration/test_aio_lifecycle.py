@@ -27,6 +27,7 @@ from failover_partitioner import (
     ProduceTimeout,
     UndeliveredMessage,
 )
+from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.aio import AsyncFailoverProducer
 from minibroker import Cluster
 
@@ -169,20 +170,58 @@ def test_a_message_over_max_request_size_is_refused_at_send_and_not_accepted(
     assert (stats.produced, stats.delivered) == (3, 3)
 
 
-def test_a_topic_the_cluster_does_not_have_fails_at_once(healthy: Cluster) -> None:
-    async def run() -> tuple[BaseException, float]:
+@pytest.mark.parametrize("window", [0.0, 1.5])
+def test_a_topic_the_cluster_does_not_have_fails_after_its_window(
+    healthy: Cluster, window: float
+) -> None:
+    """Waited for ``topic_propagation_max_s``, then failed saying why; a send after the window
+    fails at once."""
+
+    async def run() -> tuple[BaseException, float, float]:
         async with AsyncFailoverProducer(
-            bootstrap_servers=healthy.bootstrap_servers, produce_timeout_s=2.0
+            bootstrap_servers=healthy.bootstrap_servers,
+            produce_timeout_s=2.0,
+            topic_propagation_max_s=window,
+            metadata_fast_refresh_s=0.2,
         ) as ap:
             start = time.monotonic()
             with pytest.raises(ak.UnknownTopicOrPartitionError) as info:
                 await ap.send_and_wait("no-such-topic", b"x")
-            assert ap.statistics().final_failures == 1
-            return info.value, time.monotonic() - start
+            took = time.monotonic() - start
+            with pytest.raises(ak.UnknownTopicOrPartitionError):
+                await ap.send_and_wait("no-such-topic", b"y")
+            stats = ap.statistics()
+            assert (stats.final_failures, stats.in_flight) == (2, 0)
+            return info.value, took, time.monotonic() - start - took
 
-    error, elapsed = asyncio.run(run())
-    assert "no-such-topic" in str(error)
-    assert elapsed < 2.5
+    error, took, then = asyncio.run(run())
+    assert "'no-such-topic' does not exist" in str(error)
+    assert "topic_propagation_max_s" in str(error)
+    assert window <= took < window + 2.0
+    assert then < 0.5
+
+
+def test_a_topic_created_while_its_messages_wait_takes_them(healthy: Cluster) -> None:
+    """Messages for a topic the cluster does not list yet (as when a broker has not heard of a
+    new topic) wait for it and are delivered once it is created, keyed ones home."""
+
+    async def run() -> list[Any]:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=healthy.bootstrap_servers, metadata_fast_refresh_s=0.2
+        ) as ap:
+            keys = [None if i % 2 else b"k%d" % i for i in range(40)]
+            futures = [await ap.send("late", b"v%d" % i, key=k) for i, k in enumerate(keys)]
+            await asyncio.sleep(0.5)
+            assert not any(f.done() for f in futures)
+            assert ap.statistics().failed_buffer_depth == 40
+            await asyncio.to_thread(healthy.create_topic, "late", 4, 3)
+            done = await asyncio.wait_for(asyncio.gather(*futures), 15)
+            assert ap.statistics().delivered == 40
+            return list(zip(keys, done, strict=True))
+
+    for key, md in asyncio.run(run()):
+        if key is not None:
+            assert md.partition == partition_for_key(key, 4)
 
 
 def test_misuse_is_refused_before_anything_is_accepted(healthy: Cluster) -> None:

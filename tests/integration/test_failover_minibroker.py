@@ -307,14 +307,61 @@ def test_keys_keep_their_partition_and_only_degraded_keys_move(cluster: Cluster)
     p.close()
 
 
-def test_a_topic_the_cluster_does_not_know_fails_finally() -> None:
+@pytest.mark.parametrize("window", [0.0, 1.5])
+def test_a_topic_the_cluster_does_not_know_fails_finally_after_its_window(window: float) -> None:
+    """Waited for ``topic_propagation_max_s`` (its metadata fetched meanwhile), then failed
+    with UNKNOWN_TOPIC_OR_PART saying why; a message after the window fails at once."""
     with Cluster(brokers=1, config={"auto.create.topics.enable": "false"}) as cluster:
-        p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        p = FailoverProducer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"},
+            topic_propagation_max_s=window,
+            metadata_fast_refresh_s=0.2,
+        )
         errors: list[Any] = []
+        start = time.monotonic()
         p.produce("no-such-topic", b"x", on_delivery=lambda err, report: errors.append(err))
         assert p.flush(10) == 0
+        took = time.monotonic() - start
+        p.produce("no-such-topic", b"y", on_delivery=lambda err, report: errors.append(err))
+        assert p.flush(0.5) == 0
+        stats = p.statistics()
         p.close()
-    assert [e.code() for e in errors] == [KafkaError.UNKNOWN_TOPIC_OR_PART]
+    assert window <= took < window + 2.0
+    assert [e.code() for e in errors] == [KafkaError.UNKNOWN_TOPIC_OR_PART] * 2
+    assert "'no-such-topic' does not exist" in errors[0].str()
+    assert "topic_propagation_max_s" in errors[0].str()
+    assert (stats.final_failures, stats.in_flight) == (2, 0)
+
+
+def test_a_topic_created_while_its_messages_wait_takes_them() -> None:
+    """Messages for a topic the cluster does not list yet (created a moment later, as when a
+    broker has not heard of a new topic) wait for it and are delivered, keyed ones home."""
+    with Cluster(brokers=3, config={"auto.create.topics.enable": "false"}) as cluster:
+        p = FailoverProducer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"},
+            metadata_fast_refresh_s=0.2,
+        )
+        reports: list[tuple[Any, DeliveryReport]] = []
+        keys = [None if i % 2 else b"k%d" % i for i in range(40)]
+        for i, key in enumerate(keys):
+            p.produce("late", b"v%d" % i, key=key, on_delivery=lambda e, r: reports.append((e, r)))
+        p.poll(0.5)
+        assert reports == []
+        assert p.statistics().failed_buffer_depth == 40
+        cluster.create_topic("late", partitions=4, replication_factor=3)
+        assert p.flush(15) == 0
+        stats = p.statistics()
+        p.close()
+    assert [e for e, _ in reports] == [None] * 40
+    values = [r.value() for _, r in reports]
+    assert sorted(v for v in values if isinstance(v, bytes)) == sorted(
+        b"v%d" % i for i in range(40)
+    )
+    for _, r in reports:
+        got = r.key()
+        if isinstance(got, bytes):
+            assert r.partition() == partition_for_key(got, 4), r
+    assert (stats.delivered, stats.final_failures) == (40, 0)
 
 
 def test_a_partition_preference_holds_while_usable_and_is_routed_around_while_not(

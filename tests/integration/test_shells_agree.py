@@ -240,6 +240,7 @@ def _every_option(registry: CollectorRegistry, hook: DeadLetter) -> FailoverOpti
         "metadata_fast_refresh_s": 0.2,
         "min_isr_refresh_s": 100.0,
         "metadata_timeout_s": 3.0,
+        "topic_propagation_max_s": 10.0,
         "quarantine_backoff_s": 0.2,
         "quarantine_max_s": 10.0,
         "message_id_header": "msg-id",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from tests.kafka.support import (
     new_topic,
     produce_steadily,
     read_back,
+    spread,
     wait_for,
     whole,
 )
@@ -252,3 +254,60 @@ def test_only_keys_of_degraded_partitions_move_and_they_come_back(
     wait_for(lambda: not p.health(topic).unavailable, 20, "the producer to see the recovery")
     assert placement() == {k: {home[k]} for k in keys}
     p.close()
+
+
+def test_both_producers_wait_for_a_topic_created_after_their_first_message(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    """A topic the cluster does not list yet (as when the broker asked has not heard of a topic
+    just created) holds its messages within ``topic_propagation_max_s``: created a moment
+    later, it takes every one of them, keyed ones at their murmur2 partition."""
+    topic = f"late-{uuid.uuid4().hex[:8]}"
+    keys = [None if i % 2 else b"k%d" % i for i in range(200)]
+    p = FailoverProducer(
+        {"bootstrap.servers": kafka_cluster.bootstrap_servers, "acks": "all"},
+        metadata_fast_refresh_s=0.2,
+    )
+    errors: list[Any] = []
+    placed: dict[bytes, int] = {}
+
+    def on_delivery(err: KafkaError | None, msg: DeliveryReport) -> None:
+        got = msg.key()
+        if err is not None:
+            errors.append(err)
+        elif isinstance(got, bytes):
+            placed[got] = msg.partition()
+
+    for i, key in enumerate(keys):
+        p.produce(topic, b"s%d" % i, key=key, on_delivery=on_delivery)
+
+    async def sends() -> tuple[list[asyncio.Future[Any]], AsyncFailoverProducer]:
+        ap = AsyncFailoverProducer(
+            bootstrap_servers=kafka_cluster.bootstrap_servers, metadata_fast_refresh_s=0.2
+        )
+        await ap.start()
+        return [await ap.send(topic, b"a%d" % i, key=k) for i, k in enumerate(keys)], ap
+
+    async def run() -> list[Any]:
+        futures, ap = await sends()
+        try:
+            p.poll(0.5)
+            assert p.statistics().failed_buffer_depth == len(keys)
+            assert ap.statistics().failed_buffer_depth == len(keys)
+            await asyncio.to_thread(kafka_cluster.create_topic, topic, assignment=spread())
+            assert await asyncio.to_thread(p.flush, 30) == 0
+            return await asyncio.wait_for(asyncio.gather(*futures), 30)
+        finally:
+            await ap.stop()
+
+    try:
+        sent = asyncio.run(run())
+    finally:
+        p.close()
+    assert errors == []
+    for key, md in zip(keys, sent, strict=True):
+        if key is not None:
+            assert md.partition == partition_for_key(key, PARTITIONS)
+            assert placed[key] == md.partition
+    records = read_back(kafka_cluster.bootstrap_servers, topic)
+    assert len({m.value() for m in records}) == 2 * len(keys)

@@ -6,7 +6,8 @@ Whatever the order: in flight never exceeds the limit; every admitted message en
 (delivered, finally failed, or handed back by close) and, until then, is either with the client
 or waiting in the failed buffer; a quarantined partition gets no message until it is released,
 and no message goes to a partition the metadata shows unusable, through the router or the
-healthy path's rotation.
+healthy path's rotation; a message for a topic the metadata does not list waits while the
+topic's propagation window lasts and ends only after it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from failover_partitioner.core import (
     NO_METADATA,
     NO_PARTITION,
     NO_TOPIC,
+    NO_TOPIC_YET,
     FailoverCore,
 )
 from failover_partitioner.errors import classify
@@ -61,8 +63,11 @@ class CoreMachine(RuleBasedStateMachine):
         policy=policies,
         partitions=st.integers(1, 4),
         strategy=st.sampled_from(["round_robin", "sticky"]),
+        window=st.sampled_from([0.0, 1.0, 10.0]),
     )
-    def setup(self, limit: int, policy: RetryPolicy, partitions: int, strategy: str) -> None:
+    def setup(
+        self, limit: int, policy: RetryPolicy, partitions: int, strategy: str, window: float
+    ) -> None:
         self.clock = FakeClock()
         self.limit = limit
         self.partitions = partitions
@@ -78,22 +83,29 @@ class CoreMachine(RuleBasedStateMachine):
             options=ChoiceOptions(strategy=strategy),  # type: ignore[arg-type]
             quarantine=QuarantinePolicy(initial_s=0.5, max_s=4.0),
             clock=self.clock,
+            propagation_s=window,
         )
         self.client: dict[int, tuple[Entry[int], int]] = {}  # item -> (entry, partition)
         self.accepted: list[int] = []
         self.next_item = 0
         self.closed = False
         self.known = False
+        self.window = window
+        self.first_seen = 0.0
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _send(self, entry: Entry[int], key: bytes | None) -> None:
         """Route ``entry`` as a shell does, checking where the core sends it."""
         p = self.core.route(TOPIC, key)
+        if p in (NO_TOPIC, NO_TOPIC_YET):
+            assert not self.core.topics[TOPIC].metadata.exists
+            # The window runs from the topic's first metadata: it waits within, ends after.
+            assert (p == NO_TOPIC_YET) == (self.clock.now < self.first_seen + self.window)
         if p == NO_TOPIC:
             self.core.end(entry, "unknown topic")
             return
-        if p in (NO_PARTITION, NO_METADATA):
+        if p in (NO_PARTITION, NO_METADATA, NO_TOPIC_YET):
             self.core.hold(entry, TOPIC, p)
             return
         assert p != CLIENT_PARTITIONER, "no client partitioner was declared"
@@ -107,12 +119,17 @@ class CoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.closed)
     @rule(isr=st.lists(st.integers(0, 3), min_size=1, max_size=4), exists=st.booleans())
     def metadata(self, isr: list[int], exists: bool) -> None:
-        # Partitions never shrink in Kafka; a topic may be deleted (exists=False).
+        # Partitions never shrink in Kafka; a topic may be missing (not yet created, or deleted).
         n = max(self.partitions, len(isr))
         self.partitions = n
         full = tuple(isr) + (3,) * (n - len(isr))
-        self.core.metadata(topic_metadata(full, exists or not self.known))
+        change = self.core.metadata(topic_metadata(full, exists))
+        if not self.known:
+            self.first_seen = self.clock.now
         self.known = True
+        # Watched closely while it may yet appear.
+        if not exists and self.clock.now < self.first_seen + self.window:
+            assert change.fast
 
     @precondition(lambda self: not self.closed)
     @rule(keyed=st.booleans(), key=st.binary(min_size=1, max_size=4))

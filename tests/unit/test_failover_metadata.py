@@ -147,6 +147,27 @@ def test_unknown_topic_is_reported_as_not_existing() -> None:
     assert not r.fetch_now("nope", 1.0).exists
 
 
+def test_a_topic_listed_later_has_its_min_isr_read_at_once_and_none_assumed_meanwhile(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A topic the cluster does not list has no min ISR to read: no "assuming 1" warning; the
+    first fetch that lists it asks for its min ISR, not the schedule's 30 s later."""
+    source, clock = FakeSource(), Clock()
+    source.exists = False
+    source.min_isr_raises = True  # DescribeConfigs of a missing topic fails
+    r, _ = refresher(source, clock)
+    with caplog.at_level(logging.INFO):
+        assert not r.fetch_now("late", 1.0).exists
+        clock.now += 0.5
+        assert not r.fetch_now("late", 1.0).exists
+    assert "assuming 1" not in caplog.text
+    source.exists = True
+    source.min_isr_raises = False
+    clock.now += 0.5
+    md = r.fetch_now("late", 1.0)
+    assert (md.exists, md.min_insync_replicas, md.min_isr_source) == (True, 2, "topic")
+
+
 def test_schedule_refreshes_faster_while_quarantined_and_on_request() -> None:
     s = RefreshSchedule(refresh_s=30.0, fast_refresh_s=0.5, min_isr_refresh_s=300.0)
     s.add("t", 0.0)

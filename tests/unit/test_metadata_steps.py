@@ -65,7 +65,12 @@ def test_the_default_min_isr_is_1_and_warned_once_per_topic(
 
 def test_a_fetch_becomes_the_topics_view_with_its_min_isr_and_time() -> None:
     md = _steps.topic_metadata(
-        "orders", PartitionsAnswer(partitions=PARTS), MinIsr(value=2, source="topic"), 12.5
+        "orders",
+        PartitionsAnswer(partitions=PARTS),
+        MinIsr(value=2, source="topic"),
+        12.5,
+        set(),
+        LOG,
     )
     assert md == TopicMetadata(
         topic="orders",
@@ -80,7 +85,12 @@ def test_a_fetch_becomes_the_topics_view_with_its_min_isr_and_time() -> None:
 def test_a_failed_fetch_says_how_old_the_kept_view_is(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     last = _steps.topic_metadata(
-        "orders", PartitionsAnswer(partitions=PARTS), MinIsr(value=2, source="topic"), 997.5
+        "orders",
+        PartitionsAnswer(partitions=PARTS),
+        MinIsr(value=2, source="topic"),
+        997.5,
+        set(),
+        LOG,
     )
     with caplog.at_level(logging.WARNING, logger=LOG.name):
         _steps.log_fetch_failure(LOG, "orders", OSError("refused"), None, clock)

@@ -306,8 +306,8 @@ class AioMetadataRefresher:
             _steps.log_fetch_failure(logger, topic, exc, self._metadata.get(topic), self._clock)
             return None
         now = self._clock()
-        md = _steps.topic_metadata(topic, answer, min_isr, now)
-        self._schedule.fetched(topic, now, ok=True)
+        md = _steps.topic_metadata(topic, answer, min_isr, now, self._warned_default, logger)
+        self._schedule.fetched(topic, now, ok=True, exists=answer.exists)
         self._metadata[topic] = md
         self._on_update(md)
         return md
@@ -322,7 +322,7 @@ class AioMetadataRefresher:
                 return await self._source.partitions(topic, remaining)
         raise AssertionError("unreachable: AsyncRetrying re-raises the last error")
 
-    async def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr:
+    async def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr | None:
         chosen = _steps.option_min_isr(self._option, topic)
         if chosen is not None:
             return chosen
@@ -342,6 +342,4 @@ class AioMetadataRefresher:
             if answer is not None:
                 self._min_isr[topic] = answer
                 cached = answer
-        if cached is not None:
-            return cached
-        return _steps.default_min_isr(topic, self._warned_default, logger)
+        return cached

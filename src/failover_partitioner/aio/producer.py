@@ -209,7 +209,11 @@ class AsyncFailoverProducer:
         )
         # The decisions (routing, failures, quarantine, retries); one event loop: no lock.
         self._core: FailoverCore[Entry[Message]] = FailoverCore(
-            self._buffer, options=opts.choice, quarantine=opts.quarantine, clock=time.monotonic
+            self._buffer,
+            options=opts.choice,
+            quarantine=opts.quarantine,
+            clock=time.monotonic,
+            propagation_s=opts.topic_propagation_max_s,
         )
         self._state = _NEW
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -365,10 +369,7 @@ class AsyncFailoverProducer:
             p = core.route(topic, msg.key, len(msg.value or b"") if self._count_bytes else 0)
         if p < 0:
             if p == NO_TOPIC:
-                error = UnknownTopicOrPartitionError(
-                    f"topic {topic!r} does not exist (per cluster metadata)"
-                )
-                core.end(msg, error)
+                core.end(msg, UnknownTopicOrPartitionError(core.missing(topic)))
             elif core.hold(msg, topic, p):
                 self._retry_wake.set()
             return

@@ -319,10 +319,7 @@ class Routing(Delivering):
             p = _ANY_PARTITION
         elif p < 0:
             if p == NO_TOPIC:
-                error = KafkaError(
-                    KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    f"topic {topic!r} does not exist (per cluster metadata)",
-                )
+                error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, self._core.missing(topic))
                 self._fail_finally(rec, error)
                 return
             self._wait(rec, p)

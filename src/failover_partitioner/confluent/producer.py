@@ -328,6 +328,7 @@ class FailoverProducer(Batching):
             lock=threading.Lock,
             client_sticky=linger not in ("0", "0.0"),
             client_keyed=self._client_keyed,
+            propagation_s=opts.topic_propagation_max_s,
         )
         self._choosers = self._core.choosers  # the fast paths' lookup
         self._topics_lock = threading.Lock()

@@ -13,8 +13,9 @@ event (the shell calls)                     answer (the shell then ...)
                                             path is off until :meth:`healthy_path` says again
 ``route(topic, key, nbytes, prefer)``       a partition (send there), ``CLIENT_PARTITIONER``
                                             (the client places it), ``NO_PARTITION`` /
-                                            ``NO_METADATA`` (:meth:`hold` it),
-                                            ``NO_TOPIC`` (:meth:`end` it)
+                                            ``NO_METADATA`` / ``NO_TOPIC_YET`` (:meth:`hold`
+                                            it), ``NO_TOPIC`` (:meth:`end` it, with
+                                            :meth:`missing`'s words)
 ``heed(topic, partition, ec)``: an attempt  :class:`Heed`: the partition was quarantined (watch
 to it failed                                it closely, leave the healthy path); ask metadata
 ``failed(entry, error, ec, ...)``           :class:`Failed`: queued for a retry (try it alone
@@ -64,6 +65,7 @@ __all__ = [
     "NO_METADATA",
     "NO_PARTITION",
     "NO_TOPIC",
+    "NO_TOPIC_YET",
     "Failed",
     "FailoverCore",
     "Heed",
@@ -79,8 +81,13 @@ NO_METADATA: Final = -3
 """``route``: no metadata for the topic yet: the message waits (:meth:`FailoverCore.hold`)."""
 
 NO_TOPIC: Final = -4
-"""``route``: the cluster says the topic does not exist: the message ends
-(:meth:`FailoverCore.end`, with the shell's client's own error for it)."""
+"""``route``: the cluster says the topic does not exist, and has said so since the topic's
+propagation window ended: the message ends (:meth:`FailoverCore.end`, with the shell's client's
+own error for it, worded by :meth:`FailoverCore.missing`)."""
+
+NO_TOPIC_YET: Final = -5
+"""``route``: the cluster does not list the topic, within its propagation window (a topic just
+created reaches each broker a moment apart): the message waits (:meth:`FailoverCore.hold`)."""
 
 
 class Buffer(Protocol[E]):
@@ -178,6 +185,7 @@ class FailoverCore(Generic[E]):
         lock: Lock = contextlib.nullcontext,
         client_sticky: bool = False,
         client_keyed: bool = False,
+        propagation_s: float = 30.0,
     ) -> None:
         self.buffer = buffer
         self.options = options
@@ -189,6 +197,10 @@ class FailoverCore(Generic[E]):
         self._client_keyed = client_keyed
         self._count_bytes = options.counts_bytes
         self.topics: dict[str, TopicState] = {}
+        # A topic the metadata does not list is taken for one not yet propagated until this
+        # long after the core first heard of it (librdkafka's topic.metadata.propagation.max.ms).
+        self.propagation_s = propagation_s
+        self._propagated_by: dict[str, float] = {}
         # chooser by topic, for the shells' fast paths (one lookup per message)
         self.choosers: dict[str, PartitionChooser] = {}
         self.quarantines = 0
@@ -213,10 +225,11 @@ class FailoverCore(Generic[E]):
                         client_keyed=self._client_keyed,
                         lock=self._lock,
                     )
+                    self._propagated_by[topic] = self._clock() + self.propagation_s
                     self.topics[topic] = state
                     self.choosers[topic] = state.chooser
                     return MetadataChange(
-                        new=True, fast=state.wants_fast_refresh, leaders_moved=False, changed=True
+                        new=True, fast=self._fast(state), leaders_moved=False, changed=True
                     )
         old = state.metadata
         released, changed = state.apply_metadata(md, self._clock())
@@ -225,7 +238,29 @@ class FailoverCore(Generic[E]):
         # (Leaders can have moved only in a view that changed.)
         moved = changed and [p.leader for p in old.partitions] != [p.leader for p in md.partitions]
         return MetadataChange(
-            new=False, fast=state.wants_fast_refresh, leaders_moved=moved, changed=changed
+            new=False, fast=self._fast(state), leaders_moved=moved, changed=changed
+        )
+
+    def _fast(self, state: TopicState) -> bool:
+        """Watch the topic closely: something is out of use, or it may yet appear."""
+        return state.wants_fast_refresh or (
+            not state.metadata.exists and self._waits_for(state.metadata.topic)
+        )
+
+    def _waits_for(self, topic: str) -> bool:
+        """Within the topic's propagation window (a topic not listed may yet appear)."""
+        return self._clock() < self._propagated_by.get(topic, 0.0)
+
+    def missing(self, topic: str) -> str:
+        """What a message for a topic the cluster does not have ends with (``NO_TOPIC``)."""
+        waited = (
+            f"more than {self.propagation_s:g} s after the producer first asked for it"
+            if self.propagation_s
+            else "not waited for"
+        )
+        return (
+            f"topic {topic!r} does not exist (per cluster metadata, {waited}: "
+            "topic_propagation_max_s); create it, or check its name"
         )
 
     # -- routing ----------------------------------------------------------------------------
@@ -245,7 +280,7 @@ class FailoverCore(Generic[E]):
         else:
             p = chooser.keyed(key)
         if p == NO_PARTITION and not chooser.view.exists:
-            return NO_TOPIC
+            return NO_TOPIC_YET if self._waits_for(topic) else NO_TOPIC
         return p
 
     def sent(self, previous: int, partition: int) -> None:
@@ -259,6 +294,12 @@ class FailoverCore(Generic[E]):
         if isinstance(why, int):
             if why == NO_METADATA:
                 error: object = NoUsablePartition(f"no metadata yet for topic {topic!r}")
+            elif why == NO_TOPIC_YET:
+                error = NoUsablePartition(
+                    f"topic {topic!r} is not in the cluster's metadata yet (a new topic reaches "
+                    f"each broker a moment apart): waiting up to {self.propagation_s:g} s "
+                    "(topic_propagation_max_s) for it"
+                )
             else:
                 error = NoUsablePartition(f"no usable partition of {topic!r} for this message")
         else:

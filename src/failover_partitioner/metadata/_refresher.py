@@ -112,11 +112,15 @@ class RefreshSchedule:
         s = self._topics.get(topic)
         return s is not None and s.min_isr_due_at <= now
 
-    def fetched(self, topic: str, now: float, *, ok: bool) -> None:
+    def fetched(self, topic: str, now: float, *, ok: bool, exists: bool = True) -> None:
+        """Record a fetch; ``exists``: the cluster listed the topic (else its min ISR, which
+        could not be read, is asked again at the fetch that finds it listed)."""
         s = self._topics.get(topic)
         if s is None:
             return
         s.last_attempt_at = now
+        if ok and not exists:
+            s.min_isr_due_at = now
         if ok:
             s.failures = 0
             s.last_success_at = now
@@ -301,9 +305,9 @@ class MetadataRefresher:
             _steps.log_fetch_failure(logger, topic, exc, self._metadata.get(topic), self._clock)
             return None
         now = self._clock()
-        md = _steps.topic_metadata(topic, answer, min_isr, now)
+        md = _steps.topic_metadata(topic, answer, min_isr, now, self._warned_default, logger)
         with self._lock:
-            self._schedule.fetched(topic, now, ok=True)
+            self._schedule.fetched(topic, now, ok=True, exists=answer.exists)
             self._metadata[topic] = md
         self._on_update(md)
         return md
@@ -318,7 +322,7 @@ class MetadataRefresher:
         )
         return retrying(attempt)
 
-    def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr:
+    def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr | None:
         chosen = _steps.option_min_isr(self._option, topic)
         if chosen is not None:
             return chosen
@@ -344,6 +348,4 @@ class MetadataRefresher:
                 if answer is not None:
                     self._min_isr[topic] = answer
                     cached = answer
-        if cached is not None:
-            return cached
-        return _steps.default_min_isr(topic, self._warned_default, logger)
+        return cached

@@ -79,9 +79,22 @@ def heed_min_isr(topic: str, answer: MinIsr, warned: set[str], log: logging.Logg
 
 
 def topic_metadata(
-    topic: str, answer: PartitionsAnswer, min_isr: MinIsr, now: float
+    topic: str,
+    answer: PartitionsAnswer,
+    min_isr: MinIsr | None,
+    now: float,
+    warned: set[str],
+    log: logging.Logger,
 ) -> TopicMetadata:
-    """The view of ``topic`` that a successful fetch at ``now`` gives."""
+    """The view of ``topic`` that a successful fetch at ``now`` gives. ``min_isr``: as read,
+    None when unknown: 1, with a warning (:func:`default_min_isr`) unless the cluster does not
+    list the topic (nothing to read yet; the schedule asks again once it is listed)."""
+    if min_isr is None:
+        min_isr = (
+            default_min_isr(topic, warned, log)
+            if answer.exists
+            else MinIsr(value=1, source="default")
+        )
     return TopicMetadata(
         topic=topic,
         partitions=answer.partitions,
