@@ -17,7 +17,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, Producer
 from tests.kafka.support import FAULTY, new_topic, read_back, wait_for, whole
 from tests.realkafka.cluster import KafkaCluster
 
@@ -112,25 +111,6 @@ def summarize(
     )
 
 
-def _known_everywhere(cluster: KafkaCluster, topic: str) -> bool:
-    """Every broker's own metadata lists ``topic`` with a leader for each partition. A new topic
-    reaches the brokers one by one, and a contender whose first look meets one that has not
-    learnt of it yet sees no topic (FailoverProducer then fails its messages as it does for a
-    topic that does not exist: seen once, all 3,200 of a run): each starts on a topic every
-    broker knows. (A client asks its bootstrap broker first: one client per broker.)"""
-    for broker in cluster.broker_ids:
-        client = Producer({"bootstrap.servers": cluster.address(broker), "log_level": 0})
-        try:
-            found = client.list_topics(topic, timeout=5).topics.get(topic)
-        except KafkaException:
-            return False
-        if found is None or found.error is not None or not found.partitions:
-            return False
-        if any(p.leader < 0 for p in found.partitions.values()):
-            return False
-    return True
-
-
 def producers_under_fault(
     cluster: KafkaCluster,
     contenders: Sequence[Contender],
@@ -146,7 +126,6 @@ def producers_under_fault(
     for contender in contenders:
         cluster.heal()
         topic, _ = new_topic(cluster, f"cmp-{contender.name.split()[0].lower()}")
-        wait_for(functools.partial(_known_everywhere, cluster, topic), 60, f"{topic} everywhere")
         window = FaultWindow(cluster, brokers, fault_start_s, fault_end_s)
         progress(f"  {contender.name}: {load.total} messages at {load.rate_per_s:g}/s ...")
         try:

@@ -42,6 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in the stub
     AdminClient,
     NewTopic,
@@ -495,7 +496,9 @@ class KafkaCluster:
         assignment: list[list[int]] | None = None,
         timeout_s: float = 60.0,
     ) -> None:
-        """Create a topic and wait until every partition has a leader in the metadata."""
+        """Create a topic and wait until every partition has a leader in the metadata that
+        each running broker answers (a new topic reaches the brokers one by one: a client whose
+        first look meets one that has not heard of it yet sees no topic)."""
         topic = (
             NewTopic(
                 name,
@@ -519,6 +522,30 @@ class KafkaCluster:
             timeout_s=timeout_s,
             what=f"every partition of {name} to have a leader",
         )
+        self.wait_for(
+            lambda: self._known_by_each_broker(name, count),
+            timeout_s=timeout_s,
+            what=f"every running broker to list {name} with a leader for each partition",
+        )
+
+    def _known_by_each_broker(self, topic: str, count: int) -> bool:
+        """Each running, unpaused broker's own metadata lists ``topic``, a leader for each of
+        its ``count`` partitions. A broker that cannot be asked (isolated) is left out, as a
+        client cannot ask it either. (A client asks its bootstrap broker first: one per broker.)"""
+        isolated = self._live.namespaces.isolated if self._live.namespaces is not None else ()
+        for node in self._brokers():
+            if not node.running or node.paused or node.node_id in isolated:
+                continue
+            client = AdminClient({"bootstrap.servers": f"{node.host}:{node.port}", "log_level": 0})
+            try:
+                found = client.list_topics(topic, timeout=5).topics.get(topic)
+            except KafkaException:
+                return False
+            if found is None or found.error is not None or len(found.partitions) != count:
+                return False
+            if any(p.leader < 0 for p in found.partitions.values()):
+                return False
+        return True
 
     def describe(self, topic: str) -> list[PartitionView]:
         """Leader, replicas and ISR of each partition, as the metadata a client reads says."""
