@@ -83,7 +83,7 @@ class FailoverOptions(TypedDict, total=False):
     # health() waits for its metadata.
     metadata_timeout_s: float
     # A topic the metadata does not list is waited for (messages held, its metadata watched
-    # closely) until this long after the producer first asked for it; 0: it fails at once.
+    # closely) until this long after its first metadata answer; 0: its messages fail at once.
     topic_propagation_max_s: float
     # A failing partition's first quarantine, doubling per consecutive strike...
     quarantine_backoff_s: float

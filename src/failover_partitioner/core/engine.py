@@ -198,7 +198,7 @@ class FailoverCore(Generic[E]):
         self._count_bytes = options.counts_bytes
         self.topics: dict[str, TopicState] = {}
         # A topic the metadata does not list is taken for one not yet propagated until this
-        # long after the core first heard of it (librdkafka's topic.metadata.propagation.max.ms).
+        # long after its first metadata (librdkafka's topic.metadata.propagation.max.ms).
         self.propagation_s = propagation_s
         self._propagated_by: dict[str, float] = {}
         # chooser by topic, for the shells' fast paths (one lookup per message)
@@ -254,7 +254,7 @@ class FailoverCore(Generic[E]):
     def missing(self, topic: str) -> str:
         """What a message for a topic the cluster does not have ends with (``NO_TOPIC``)."""
         waited = (
-            f"more than {self.propagation_s:g} s after the producer first asked for it"
+            f"more than {self.propagation_s:g} s after the producer first looked it up"
             if self.propagation_s
             else "not waited for"
         )
