@@ -63,15 +63,14 @@ def test_the_default_min_isr_is_1_and_warned_once_per_topic(
     assert warned == {"a", "b"}
 
 
+def _view(
+    at: float, min_isr: MinIsr | None, answer: PartitionsAnswer, warned: set[str]
+) -> TopicMetadata:
+    return _steps.topic_metadata("orders", answer, min_isr, at, warned, LOG)
+
+
 def test_a_fetch_becomes_the_topics_view_with_its_min_isr_and_time() -> None:
-    md = _steps.topic_metadata(
-        "orders",
-        PartitionsAnswer(partitions=PARTS),
-        MinIsr(value=2, source="topic"),
-        12.5,
-        set(),
-        LOG,
-    )
+    md = _view(12.5, MinIsr(value=2, source="topic"), PartitionsAnswer(partitions=PARTS), set())
     assert md == TopicMetadata(
         topic="orders",
         partitions=PARTS,
@@ -82,16 +81,22 @@ def test_a_fetch_becomes_the_topics_view_with_its_min_isr_and_time() -> None:
     )
 
 
+def test_an_unknown_min_isr_is_1_warned_of_once_unless_the_topic_is_not_listed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    warned: set[str] = set()
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        missing = _view(1.0, None, PartitionsAnswer(partitions=(), exists=False), warned)
+        assert caplog.records == []  # nothing to read yet: no warning
+        listed = _view(2.0, None, PartitionsAnswer(partitions=PARTS), warned)
+    assert (missing.min_insync_replicas, listed.min_insync_replicas) == (1, 1)
+    assert [r.getMessage()[:34] for r in caplog.records] == ["min.insync.replicas of topic order"]
+    assert warned == {"orders"}
+
+
 def test_a_failed_fetch_says_how_old_the_kept_view_is(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    last = _steps.topic_metadata(
-        "orders",
-        PartitionsAnswer(partitions=PARTS),
-        MinIsr(value=2, source="topic"),
-        997.5,
-        set(),
-        LOG,
-    )
+    last = _view(997.5, MinIsr(value=2, source="topic"), PartitionsAnswer(partitions=PARTS), set())
     with caplog.at_level(logging.WARNING, logger=LOG.name):
         _steps.log_fetch_failure(LOG, "orders", OSError("refused"), None, clock)
         assert clock.calls == 0  # nothing to age
