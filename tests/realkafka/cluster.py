@@ -42,7 +42,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in the stub
     AdminClient,
     NewTopic,
@@ -523,34 +522,38 @@ class KafkaCluster:
             what=f"every partition of {name} to have a leader",
         )
         self.wait_for(
-            lambda: self._known_by_each_broker(name, count),
+            lambda: all(
+                len(views) == count and all(v.leader >= 0 for v in views)
+                for views in self.describe_each(name).values()
+            ),
             timeout_s=timeout_s,
             what=f"every running broker to list {name} with a leader for each partition",
         )
 
-    def _known_by_each_broker(self, topic: str, count: int) -> bool:
-        """Each running, unpaused broker's own metadata lists ``topic``, a leader for each of
-        its ``count`` partitions. A broker that cannot be asked (isolated) is left out, as a
-        client cannot ask it either. (A client asks its bootstrap broker first: one per broker.)"""
+    def describe_each(self, topic: str) -> dict[int, list[PartitionView]]:
+        """What each broker that a client can ask answers for ``topic`` (:meth:`describe`,
+        asked of that broker alone), by broker id. Brokers' metadata caches catch up one by
+        one (a topic just created, a broker just resumed that still answers from its cache of
+        before the pause), so they may differ for a moment. Stopped, paused and isolated
+        brokers are left out: no client can ask them (an isolated one hears of nothing)."""
         isolated = self._live.namespaces.isolated if self._live.namespaces is not None else ()
-        for node in self._brokers():
-            if not node.running or node.paused or node.node_id in isolated:
-                continue
-            client = AdminClient({"bootstrap.servers": f"{node.host}:{node.port}", "log_level": 0})
-            try:
-                found = client.list_topics(topic, timeout=5).topics.get(topic)
-            except KafkaException:
-                return False
-            if found is None or found.error is not None or len(found.partitions) != count:
-                return False
-            if any(p.leader < 0 for p in found.partitions.values()):
-                return False
-        return True
+        return {
+            node.node_id: self.describe(topic, broker=node.node_id)
+            for node in self._brokers()
+            if node.running and not node.paused and node.node_id not in isolated
+        }
 
-    def describe(self, topic: str) -> list[PartitionView]:
-        """Leader, replicas and ISR of each partition, as the metadata a client reads says."""
+    def describe(self, topic: str, *, broker: int | None = None) -> list[PartitionView]:
+        """Leader, replicas and ISR of each partition, as the metadata a client reads says
+        ([] when it has no answer or the topic is not listed). ``broker``: as that broker
+        answers (a client asks its bootstrap broker first: a client of its own)."""
+        admin = (
+            self.admin()
+            if broker is None
+            else AdminClient({"bootstrap.servers": self.address(broker), "log_level": 0})
+        )
         try:
-            metadata = self.admin().list_topics(topic, timeout=5)
+            metadata = admin.list_topics(topic, timeout=5)
         except Exception:
             return []
         found = metadata.topics.get(topic)
