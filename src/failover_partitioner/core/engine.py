@@ -228,11 +228,20 @@ class FailoverCore(Generic[E]):
                     self._propagated_by[topic] = self._clock() + self.propagation_s
                     self.topics[topic] = state
                     self.choosers[topic] = state.chooser
+                    if not md.exists and self.propagation_s:
+                        logger.warning(
+                            "topic %s is not in the cluster's metadata; its messages wait up "
+                            "to %g s (topic_propagation_max_s) for it to appear",
+                            topic,
+                            self.propagation_s,
+                        )
                     return MetadataChange(
                         new=True, fast=self._fast(state), leaders_moved=False, changed=True
                     )
         old = state.metadata
         released, changed = state.apply_metadata(md, self._clock())
+        if md.exists and not old.exists:
+            logger.info("topic %s is now in the cluster's metadata", topic)
         if released:
             logger.info("partitions %s of %s released from quarantine", released, topic)
         # (Leaders can have moved only in a view that changed.)
