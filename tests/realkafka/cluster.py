@@ -534,8 +534,9 @@ class KafkaCluster:
         """What each broker that a client can ask answers for ``topic`` (:meth:`describe`,
         asked of that broker alone), by broker id. Brokers' metadata caches catch up one by
         one (a topic just created, a broker just resumed that still answers from its cache of
-        before the pause), so they may differ for a moment. Stopped, paused and isolated
-        brokers are left out: no client can ask them (an isolated one hears of nothing)."""
+        before the pause), so they may differ for a moment. Stopped and paused brokers are
+        left out (no client can ask them), and isolated ones (cut off from the controller, they
+        hear of nothing new)."""
         isolated = self._live.namespaces.isolated if self._live.namespaces is not None else ()
         return {
             node.node_id: self.describe(topic, broker=node.node_id)
