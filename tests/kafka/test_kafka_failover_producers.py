@@ -281,24 +281,17 @@ def test_both_producers_wait_for_a_topic_created_after_their_first_message(
     for i, key in enumerate(keys):
         p.produce(topic, b"s%d" % i, key=key, on_delivery=on_delivery)
 
-    async def sends() -> tuple[list[asyncio.Future[Any]], AsyncFailoverProducer]:
-        ap = AsyncFailoverProducer(
-            bootstrap_servers=kafka_cluster.bootstrap_servers, metadata_fast_refresh_s=0.2
-        )
-        await ap.start()
-        return [await ap.send(topic, b"a%d" % i, key=k) for i, k in enumerate(keys)], ap
-
     async def run() -> list[Any]:
-        futures, ap = await sends()
-        try:
+        async with AsyncFailoverProducer(
+            bootstrap_servers=kafka_cluster.bootstrap_servers, metadata_fast_refresh_s=0.2
+        ) as ap:
+            futures = [await ap.send(topic, b"a%d" % i, key=k) for i, k in enumerate(keys)]
             p.poll(0.5)
             assert p.statistics().failed_buffer_depth == len(keys)
             assert ap.statistics().failed_buffer_depth == len(keys)
             await asyncio.to_thread(kafka_cluster.create_topic, topic, assignment=spread())
             assert await asyncio.to_thread(p.flush, 30) == 0
             return await asyncio.wait_for(asyncio.gather(*futures), 30)
-        finally:
-            await ap.stop()
 
     try:
         sent = asyncio.run(run())
