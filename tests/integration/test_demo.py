@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from failover_partitioner._config import CLIENT_DEFAULTS
 from failover_partitioner.demo import main
 from minibroker import Cluster
 
@@ -28,11 +27,6 @@ REQUIRED = {
     "p50_ms",
     "p99_ms",
 }
-
-
-# The producer's request.timeout.ms (its default here), how long a leader may hold a write, and
-# a second for the answer and the retry.
-HELD_S = CLIENT_DEFAULTS["request.timeout.ms"] / 1000 + 1.0
 
 
 def assert_png(path: Path) -> None:
@@ -76,13 +70,8 @@ def test_failover_producer_loses_nothing_while_the_plain_one_is_hurt(
     assert failover["failed"] == 0
     assert failover["undelivered"] == 0
     # It went around the degraded partitions: what failed there was sent elsewhere, or (its
-    # metadata showed them degraded before a message failed there) nothing waited long, or
-    # what waited was a write in flight when the ISR shrank: the leader held it until the
-    # request's timeout (as Kafka 3.7+ does), it came back REQUEST_TIMED_OUT (a possible
-    # duplicate) and went again to its own partition, usable again by then (a fresh-clone CI
-    # run: 0 rerouted, the longest wait 4.97 s, the fault shorter than the timeout under load).
-    held = failover["possible_duplicates"] > 0 and failover["longest_stall_s"] < HELD_S
-    assert failover["rerouted"] > 0 or failover["longest_stall_s"] < 2.0 or held, failover
+    # metadata showed them degraded before a message failed there) nothing waited long.
+    assert failover["rerouted"] > 0 or failover["longest_stall_s"] < 2.0, failover
     # Every message found more than once was reported as a possible duplicate.
     assert failover["duplicated_messages"] <= failover["possible_duplicates"]
     # The plain producer was hurt: its messages to the degraded partitions waited for the
