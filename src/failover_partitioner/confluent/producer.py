@@ -543,7 +543,8 @@ class FailoverProducer(Batching):
         self.close(hand_back=False)  # nobody takes the list: each message fails finally
 
     def __len__(self) -> int:
-        """Messages without a final outcome (in flight, including those waiting to retry)."""
+        """Messages without a final outcome (in flight, including those waiting to retry);
+        until the next poll, also an error event the client has not served yet."""
         return self._unsure if self._closed else self._buffer.in_flight
 
     # -- what the producer knows -------------------------------------------------------------
