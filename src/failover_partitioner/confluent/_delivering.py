@@ -1,13 +1,11 @@
 """The delivery side of :class:`FailoverProducer` (inside confluent-kafka's poll/flush, or the
 metadata thread): a failed message gets its record, the core's verdict and its partition's
 quarantine; a final failure reaches the callback or the dead-letter hook; a metadata answer
-reaches the core (and a topic seen for the first time has its metadata fetched); a broker the
-client could not connect to has the partitions it leads quarantined."""
+reaches the core (and a topic seen for the first time has its metadata fetched)."""
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,19 +30,6 @@ from failover_partitioner.health import TopicMetadata
 from retry_buffer import Entry
 
 logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
-
-# librdkafka names a broker "host:port/id" at the start of a connection error's text
-# ("127.0.0.1:9092/4: Connect to ipv4#127.0.0.1:9092 failed: Connection refused (...)"); a
-# bootstrap address, whose id is not known yet, is "host:port/bootstrap".
-_CONNECT_FAILED = re.compile(r"\S*/(\d+): Connect to ")
-
-
-def unreachable_broker(err: confluent_kafka.KafkaError) -> int | None:
-    """The id of the broker a client's error says it could not connect to, else None."""
-    if err.code() != confluent_kafka.KafkaError._TRANSPORT:
-        return None
-    found = _CONNECT_FAILED.match(err.str())
-    return int(found.group(1)) if found else None
 
 
 class Delivering(Clients):
@@ -135,28 +120,6 @@ class Delivering(Clients):
         if verdict.queued:
             self._attention_at = 0.0
             self._leave_whole()
-
-    def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
-        """A client's error_cb. A broker it could not connect to (crashed, or cut off) leads
-        partitions that take nothing until its leadership moves: each is heeded as a
-        transport failure of its own, so new messages go elsewhere at once rather than wait
-        in the client's queue for it (up to message.timeout.ms) with nothing failed to say so.
-        """
-        broker = unreachable_broker(err)
-        if broker is not None:
-            led = self._core.led_by(broker)
-            if led:
-                logger.info(
-                    "%s: could not connect to broker %d, leader of %d partition(s): %s",
-                    self._name,
-                    broker,
-                    len(led),
-                    err.str(),
-                )
-            transport = classify(err.code(), err.name())
-            for topic, partition in led:
-                self._heed(topic, partition, transport)
-        super()._on_client_error(err)
 
     def _heed(self, topic: str, partition: int, ec: ErrorClass) -> None:
         """Do what the core makes of a failure's partition: watch the topic closely once it is

@@ -18,8 +18,6 @@ event (the shell calls)                     answer (the shell then ...)
                                             :meth:`missing`'s words)
 ``heed(topic, partition, ec)``: an attempt  :class:`Heed`: the partition was quarantined (watch
 to it failed                                it closely, leave the healthy path); ask metadata
-``led_by(broker)``: the client could not    the partitions it leads: :meth:`heed` each as a
-connect to a broker                         transport error
 ``failed(entry, error, ec, ...)``           :class:`Failed`: queued for a retry (try it alone
                                             next time?), or ended (its final failure is the
                                             buffer's callback)
@@ -329,17 +327,6 @@ class FailoverCore(Generic[E]):
         if ec.quarantine and partition >= 0:
             quarantined = self._strike(topic, partition, ec.held)
         return Heed(quarantined=quarantined, refresh=ec.refresh_metadata)
-
-    def led_by(self, broker: int) -> list[tuple[str, int]]:
-        """The (topic, partition) pairs ``broker`` leads in the producer's views. A client that
-        could not connect to it heeds each as a failure of its own (a transport error): what
-        its queue holds for them waits for the connection, so new messages go elsewhere."""
-        return [
-            (topic, p.partition)
-            for topic, state in list(self.topics.items())  # a copy: others may add topics
-            for p in state.view.partitions
-            if p.leader == broker
-        ]
 
     def _strike(self, topic: str, partition: int, held: bool) -> bool:
         state = self.topics.get(topic)
