@@ -449,7 +449,9 @@ class FailoverProducer(Batching):
         Messages handed back here get no callback: the returned list is their outcome.
         ``possibly_delivered`` marks those that may have been written anyway (an ambiguous
         failure, or still in flight when the client was purged). Calling ``close`` again
-        returns the same list.
+        returns the same list. Stopping waits for a metadata request the producer has in
+        flight (one to an unreachable cluster lasts ``metadata_timeout_s``), up to 5 s past
+        ``timeout``.
 
         ``hand_back=False`` (what leaving a ``with`` block does, where nobody could take the
         list): the undelivered messages are reported as final failures are instead (the
