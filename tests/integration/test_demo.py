@@ -50,7 +50,7 @@ def run(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
 # A leader holds an acks=all write it appended before the ISR shrank until the ISR is whole
 # again or the request's timeout, and reads nothing else from that connection meanwhile; when
 # each live leader holds one, nothing fails before a shorter fault ends and the failover side
-# waits like the plain one (with 10 s runs, 6 of 45 by hand: no reroute, waits of 4-7.9 s).
+# waits like the plain one (with 10 s runs, 8 of 60 by hand: no reroute, waits of 4-9.6 s).
 @pytest.mark.parametrize(("fault", "duration"), [("isolate", "14"), ("stop", "16")])
 def test_failover_producer_loses_nothing_while_the_plain_one_is_hurt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str, duration: str
