@@ -23,6 +23,12 @@ ISR) differs from what it was at the strike, after the back-off, or else after `
 while other partitions take writes. With none left, it ends after the back-off as any other
 (the messages have nowhere else to go).
 
+A partition whose leader the client could not connect to (a crashed or cut-off broker, which
+the metadata names the leader until the controller fences it: ``broker.session.timeout.ms``,
+9 s by default) is quarantined as any other, and also released as soon as its metadata differs
+from what it was at the strike (a new leader), without waiting for the back-off: the broker it
+was struck for is no longer in its way.
+
 Pure: callers pass the time and serialise access (the producer holds a lock per topic).
 """
 
@@ -62,7 +68,7 @@ class QuarantinePolicy:
 class Quarantine:
     """Quarantined partitions of one topic, with their strike counts."""
 
-    __slots__ = ("_held", "_policy", "_released_at", "_strikes", "_until")
+    __slots__ = ("_held", "_moving", "_policy", "_released_at", "_strikes", "_until")
 
     def __init__(self, policy: QuarantinePolicy | None = None) -> None:
         self._policy = policy or QuarantinePolicy()
@@ -71,6 +77,8 @@ class Quarantine:
         self._released_at: dict[int, float] = {}
         # held writes: partition -> (end of its back-off, its metadata at the strike)
         self._held: dict[int, tuple[float, Hashable]] = {}
+        # unreachable leaders: partition -> its metadata at the strike
+        self._moving: dict[int, Hashable] = {}
 
     @property
     def policy(self) -> QuarantinePolicy:
@@ -94,13 +102,17 @@ class Quarantine:
         """When the back-off of ``partition`` ends, or None if it is not quarantined."""
         return self._until.get(partition)
 
-    def strike(self, partition: int, now: float, *, held: Hashable = None) -> bool:
+    def strike(
+        self, partition: int, now: float, *, held: Hashable = None, unreachable: Hashable = None
+    ) -> bool:
         """Record a failed write; return True if this put the partition into quarantine.
 
         ``held``: the write was held until a timeout, and this is the partition's metadata now
         (see the module): the quarantine then lasts until the metadata differs, or ``max_s``.
-        Failures reported while it is already quarantined (messages that were in flight when
-        the first one failed) do not lengthen the back-off: they carry no new information.
+        ``unreachable``: the client could not connect to the partition's leader, and this is
+        its metadata now: the quarantine also ends as soon as the metadata differs. Failures
+        reported while it is already quarantined (messages that were in flight when the first
+        one failed) do not lengthen the back-off: they carry no new information.
         """
         if partition in self._until:
             return False
@@ -110,6 +122,8 @@ class Quarantine:
         strikes = self._strikes.get(partition, 0) + 1
         self._strikes[partition] = strikes
         backoff_end = now + self._policy.backoff_s(strikes)
+        if unreachable is not None:
+            self._moving[partition] = unreachable
         if held is None:
             self._until[partition] = backoff_end
         else:
@@ -127,16 +141,22 @@ class Quarantine:
     ) -> list[int]:
         """Release every partition whose back-off has elapsed and whose metadata is usable (for
         a held write, while other partitions take writes (``elsewhere``), whose
-        ``metadata(partition)`` also differs from the strike's)."""
+        ``metadata(partition)`` also differs from the strike's); and, back-off or not, one
+        struck for an unreachable leader whose metadata differs from the strike's."""
         released = [
             p
             for p, until in self._until.items()
-            if (until <= now or self._held_due(p, now, metadata, elsewhere))
+            if (
+                until <= now
+                or self._held_due(p, now, metadata, elsewhere)
+                or (p in self._moving and metadata(p) != self._moving[p])
+            )
             and usable_by_metadata(p)
         ]
         for p in released:
             del self._until[p]
             self._held.pop(p, None)
+            self._moving.pop(p, None)
             self._released_at[p] = now
         return released
 
@@ -176,3 +196,4 @@ class Quarantine:
             self._strikes.pop(p, None)
             self._released_at.pop(p, None)
             self._held.pop(p, None)
+            self._moving.pop(p, None)

@@ -455,3 +455,37 @@ def test_close_hands_back_a_message_still_in_flight_as_possibly_delivered() -> N
         assert sorted(m.value for m in left if isinstance(m.value, bytes)) == [b"0", b"1", b"2"]
         assert all(m.possibly_delivered for m in left)
         assert cluster.partition_state("held", 0).high_watermark <= 3
+
+
+def test_a_leader_the_client_cannot_connect_to_is_left_at_once() -> None:
+    """A broker that crashes leads its partitions, in the metadata, until the controller fences
+    it (its session timeout: 30 s here). The producer leaves them as soon as its client fails
+    to connect to it, rather than queue messages there until message.timeout.ms (10 s) with
+    nothing failed to say so; once the broker is back, every message is delivered."""
+    config = {"broker.session.timeout.ms": "30000", "replica.lag.time.max.ms": "30000"}
+    with Cluster(brokers=3, config=config) as cluster:
+        cluster.create_topic("crash", partitions=6, replication_factor=2)
+        p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 1})
+        try:
+            for _ in range(60):
+                p.produce("crash", b"before")
+            assert p.flush(10) == 0
+            led = sorted(s.partition for s in cluster.describe("crash") if s.leader == 2)
+            assert led
+            outcomes: list[Any] = []
+            cluster.stop_broker(2)
+            stopped = time.monotonic()
+            while any(p.usable("crash", q) for q in led):
+                assert time.monotonic() - stopped < 3, "still placing messages on broker 2"
+                p.produce("crash", b"after", on_delivery=lambda err, m: outcomes.append(err))
+                p.poll(0.01)
+            # The metadata still names broker 2 the leader: only the failed connection told.
+            assert {s.partition for s in cluster.describe("crash") if s.leader == 2} == set(led)
+            assert p.statistics().final_failures == 0
+            cluster.start_broker(2)
+            assert p.flush(30) == 0
+        finally:
+            left = p.close()
+        assert left == []
+        assert outcomes
+        assert all(err is None for err in outcomes)

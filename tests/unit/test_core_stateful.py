@@ -38,13 +38,17 @@ TOPIC = "t"
 CODES = [19, 20, 7, -185, 10, 18, 29, 17, 6, 1000]
 
 
-def topic_metadata(isr: tuple[int, ...], exists: bool = True) -> TopicMetadata:
-    """Partition ``i`` has ``isr[i]`` in-sync replicas of 3 (min ISR 2): under 2, unusable."""
+def topic_metadata(isr: tuple[int, ...], exists: bool = True, leader: int = 1) -> TopicMetadata:
+    """Partition ``i`` has ``isr[i]`` in-sync replicas of 3 (min ISR 2): under 2, unusable;
+    ``leader`` leads each partition with an ISR."""
     return TopicMetadata(
         topic=TOPIC,
         partitions=tuple(
             PartitionMetadata(
-                partition=p, leader=1 if n else -1, replicas=(1, 2, 3), isr=tuple(range(1, n + 1))
+                partition=p,
+                leader=leader if n else -1,
+                replicas=(1, 2, 3),
+                isr=tuple(range(1, n + 1)),
             )
             for p, n in enumerate(isr)
         )
@@ -117,13 +121,17 @@ class CoreMachine(RuleBasedStateMachine):
     # -- events -------------------------------------------------------------------------------
 
     @precondition(lambda self: not self.closed)
-    @rule(isr=st.lists(st.integers(0, 3), min_size=1, max_size=4), exists=st.booleans())
-    def metadata(self, isr: list[int], exists: bool) -> None:
+    @rule(
+        isr=st.lists(st.integers(0, 3), min_size=1, max_size=4),
+        exists=st.booleans(),
+        leader=st.sampled_from([1, 2]),
+    )
+    def metadata(self, isr: list[int], exists: bool, leader: int) -> None:
         # Partitions never shrink in Kafka; a topic may be missing (not yet created, or deleted).
         n = max(self.partitions, len(isr))
         self.partitions = n
         full = tuple(isr) + (3,) * (n - len(isr))
-        change = self.core.metadata(topic_metadata(full, exists))
+        change = self.core.metadata(topic_metadata(full, exists, leader))
         if not self.known:
             self.first_seen = self.clock.now
         self.known = True
@@ -161,6 +169,21 @@ class CoreMachine(RuleBasedStateMachine):
         if heed.quarantined:
             assert partition in self.core.topics[TOPIC].quarantine
         self.core.failed(entry, f"error {code}", ec, batch_size=batch)
+
+    @precondition(lambda self: not self.closed)
+    @rule(broker=st.sampled_from([1, 2]))
+    def unreachable(self, broker: int) -> None:
+        """The client could not connect to ``broker``: exactly the partitions it leads are
+        taken out of use (a repeat changes nothing)."""
+        state = self.core.topics.get(TOPIC)
+        before = set() if state is None else set(state.quarantine.partitions)
+        struck = self.core.unreachable(broker)
+        if state is None:
+            assert struck == []
+            return
+        led = {p.partition for p in state.metadata.partitions if p.leader == broker}
+        assert set(state.quarantine.partitions) == before | led
+        assert struck == ([TOPIC] if led - before else [])
 
     @rule(seconds=st.sampled_from([0.0, 0.1, 0.5, 1.0, 5.0]))
     def time_passes(self, seconds: float) -> None:

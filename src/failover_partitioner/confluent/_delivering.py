@@ -1,11 +1,13 @@
 """The delivery side of :class:`FailoverProducer` (inside confluent-kafka's poll/flush, or the
 metadata thread): a failed message gets its record, the core's verdict and its partition's
 quarantine; a final failure reaches the callback or the dead-letter hook; a metadata answer
-reaches the core (and a topic seen for the first time has its metadata fetched)."""
+reaches the core (and a topic seen for the first time has its metadata fetched); a broker the
+client could not connect to has the partitions it leads quarantined."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +32,19 @@ from failover_partitioner.health import TopicMetadata
 from retry_buffer import Entry
 
 logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
+
+# librdkafka names a broker "host:port/id" at the start of a connection error's text
+# ("127.0.0.1:9092/4: Connect to ipv4#127.0.0.1:9092 failed: Connection refused (...)"); a
+# bootstrap address, whose id is not known yet, is "host:port/bootstrap".
+_CONNECT_FAILED = re.compile(r"\S*/(\d+): Connect to ")
+
+
+def unreachable_broker(err: confluent_kafka.KafkaError) -> int | None:
+    """The id of the broker a client's error says it could not connect to, else None."""
+    if err.code() != confluent_kafka.KafkaError._TRANSPORT:
+        return None
+    found = _CONNECT_FAILED.match(err.str())
+    return int(found.group(1)) if found else None
 
 
 class Delivering(Clients):
@@ -126,11 +141,34 @@ class Delivering(Clients):
         quarantined (and leave the healthy path), look at the metadata again."""
         heed = self._core.heed(topic, partition, ec)
         if heed.quarantined:
-            self._meta.set_fast(topic, True)
-            self._attention_at = 0.0
-            self._leave_whole()
+            self._quarantined(topic)
         if heed.refresh:
             self._meta.request_refresh(topic)
+
+    def _quarantined(self, topic: str) -> None:
+        self._meta.set_fast(topic, True)
+        self._attention_at = 0.0
+        self._leave_whole()
+
+    def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
+        """A client's error_cb. A broker it could not connect to (crashed, or cut off) leads
+        partitions that take nothing until it is back or their leadership moves: the core
+        quarantines them, so that new messages go elsewhere rather than wait in the client's
+        queue with nothing failed to say so."""
+        broker = None if self._closed else unreachable_broker(err)
+        struck = [] if broker is None else self._core.unreachable(broker)
+        if struck:
+            logger.info(
+                "%s: could not connect to broker %d, a leader in %s: %s",
+                self._name,
+                broker,
+                ", ".join(struck),
+                err.str(),
+            )
+        for topic in struck:
+            self._quarantined(topic)
+            self._meta.request_refresh(topic)
+        super()._on_client_error(err)
 
     def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
         self._final_failures += 1

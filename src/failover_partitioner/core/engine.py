@@ -18,6 +18,8 @@ event (the shell calls)                     answer (the shell then ...)
                                             :meth:`missing`'s words)
 ``heed(topic, partition, ec)``: an attempt  :class:`Heed`: the partition was quarantined (watch
 to it failed                                it closely, leave the healthy path); ask metadata
+``unreachable(broker)``: the client could   the topics some of whose partitions (those it
+not connect to a broker                     leads) were quarantined: as for :meth:`heed`
 ``failed(entry, error, ec, ...)``           :class:`Failed`: queued for a retry (try it alone
                                             next time?), or ended (its final failure is the
                                             buffer's callback)
@@ -328,9 +330,28 @@ class FailoverCore(Generic[E]):
             quarantined = self._strike(topic, partition, ec.held)
         return Heed(quarantined=quarantined, refresh=ec.refresh_metadata)
 
-    def _strike(self, topic: str, partition: int, held: bool) -> bool:
+    def unreachable(self, broker: int) -> list[str]:
+        """The client could not connect to ``broker``: quarantine the partitions it leads in
+        the views (a crashed leader stays the leader in the metadata until the controller
+        fences it; what the client queues for them waits), each released at its back-off's end
+        or as soon as its metadata shows a new leader. Returns the topics with a partition
+        newly quarantined: the shell watches them as after :meth:`heed` (and asks metadata).
+        A repeat of the failure while they are quarantined changes nothing."""
+        struck = []
+        for topic, state in list(self.topics.items()):  # a copy: others may add topics
+            led = [p.partition for p in state.metadata.partitions if p.leader == broker]
+            if any([self._strike(topic, p, unreachable=broker) for p in led]):
+                struck.append(topic)
+        return struck
+
+    def _strike(
+        self, topic: str, partition: int, held: bool = False, unreachable: int | None = None
+    ) -> bool:
         state = self.topics.get(topic)
-        if state is None or not state.strike(partition, self._clock(), held=held):
+        now = self._clock()
+        if state is None or not state.strike(
+            partition, now, held=held, unreachable=unreachable is not None
+        ):
             return False
         self.quarantines += 1
         q = state.quarantine
@@ -339,6 +360,11 @@ class FailoverCore(Generic[E]):
             until, seconds = (
                 "until its leader or ISR changes (it held a write), or ",
                 q.policy.max_s,
+            )
+        elif unreachable is not None:
+            until, seconds = (
+                f"until it has a leader other than broker {unreachable} (unreachable), or ",
+                q.policy.backoff_s(strikes),
             )
         else:
             until, seconds = "", q.policy.backoff_s(strikes)

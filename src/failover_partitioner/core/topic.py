@@ -111,14 +111,22 @@ class TopicState:
         parts = self.metadata.partitions
         return parts[partition] if partition < len(parts) else None
 
-    def strike(self, partition: int, now: float, *, held: bool = False) -> bool:
-        """A write to ``partition`` failed (``held``: it was held until a timeout): quarantine
-        it; True if it newly is."""
+    def strike(
+        self, partition: int, now: float, *, held: bool = False, unreachable: bool = False
+    ) -> bool:
+        """A write to ``partition`` failed (``held``: it was held until a timeout), or the
+        client could not connect to its leader (``unreachable``): quarantine it; True if it
+        newly is."""
         with self.lock:
             if partition >= len(self.metadata.partitions):
                 return False
-            seen = self.metadata.partitions[partition] if held else None
-            newly = self.quarantine.strike(partition, now, held=seen)
+            seen = self.metadata.partitions[partition]
+            newly = self.quarantine.strike(
+                partition,
+                now,
+                held=seen if held else None,
+                unreachable=seen if unreachable else None,
+            )
             if newly:
                 self.quarantines += 1
                 self.rebuild()
