@@ -25,9 +25,11 @@ while other partitions take writes. With none left, it ends after the back-off a
 
 A partition whose leader the client could not connect to (a crashed or cut-off broker, which
 the metadata names the leader until the controller fences it: ``broker.session.timeout.ms``,
-9 s by default) is quarantined as any other, and also released as soon as its metadata differs
-from what it was at the strike (a new leader), without waiting for the back-off: the broker it
-was struck for is no longer in its way.
+9 s by default) follows the same rule, for the same reason: nothing says when the broker is
+back (the client reports a failed connection once, not each retry), and a partition released
+while it is away takes messages the client queues for it until then. Its quarantine also ends
+as soon as its metadata differs from the strike's (a new leader), without waiting for the
+back-off: the broker it was struck for is no longer in its way.
 
 Pure: callers pass the time and serialise access (the producer holds a lock per topic).
 """
@@ -110,7 +112,8 @@ class Quarantine:
         ``held``: the write was held until a timeout, and this is the partition's metadata now
         (see the module): the quarantine then lasts until the metadata differs, or ``max_s``.
         ``unreachable``: the client could not connect to the partition's leader, and this is
-        its metadata now: the quarantine also ends as soon as the metadata differs. Failures
+        its metadata now: as for ``held``, and the quarantine also ends as soon as the metadata
+        differs. Failures
         reported while it is already quarantined (messages that were in flight when the first
         one failed) do not lengthen the back-off: they carry no new information.
         """
@@ -123,7 +126,7 @@ class Quarantine:
         self._strikes[partition] = strikes
         backoff_end = now + self._policy.backoff_s(strikes)
         if unreachable is not None:
-            self._moving[partition] = unreachable
+            self._moving[partition] = held = unreachable
         if held is None:
             self._until[partition] = backoff_end
         else:
@@ -171,11 +174,13 @@ class Quarantine:
         )
 
     def held(self, partition: int) -> bool:
-        """True while ``partition`` is quarantined for a held write."""
+        """True while ``partition`` is quarantined for a held write (or an unreachable
+        leader)."""
         return partition in self._held
 
     def holding(self) -> bool:
-        """True while any partition is quarantined for a held write."""
+        """True while any partition is quarantined for a held write (or an unreachable
+        leader)."""
         return bool(self._held)
 
     def next_release_at(self) -> float | None:

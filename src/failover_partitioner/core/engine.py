@@ -333,10 +333,11 @@ class FailoverCore(Generic[E]):
     def unreachable(self, broker: int) -> list[str]:
         """The client could not connect to ``broker``: quarantine the partitions it leads in
         the views (a crashed leader stays the leader in the metadata until the controller
-        fences it; what the client queues for them waits), each released at its back-off's end
-        or as soon as its metadata shows a new leader. Returns the topics with a partition
-        newly quarantined: the shell watches them as after :meth:`heed` (and asks metadata).
-        A repeat of the failure while they are quarantined changes nothing."""
+        fences it; what the client queues for them waits), each released as soon as its
+        metadata shows a new leader, else as a held write's (see the quarantine module).
+        Returns the topics with a partition newly quarantined: the shell watches them as after
+        :meth:`heed` (and asks metadata). A repeat of the failure while they are quarantined
+        changes nothing."""
         struck = []
         for topic, state in list(self.topics.items()):  # a copy: others may add topics
             led = [p.partition for p in state.metadata.partitions if p.leader == broker]
@@ -364,7 +365,7 @@ class FailoverCore(Generic[E]):
         elif unreachable is not None:
             until, seconds = (
                 f"until it has a leader other than broker {unreachable} (unreachable), or ",
-                q.policy.backoff_s(strikes),
+                q.policy.max_s,
             )
         else:
             until, seconds = "", q.policy.backoff_s(strikes)

@@ -1,0 +1,118 @@
+"""How long messages wait when a leader crashes, before the controller fences it.
+
+``python bench/crashed_leader.py`` (options: ``--help``). A 5-broker minibroker cluster (RF 3,
+min ISR 2, 12 partitions) in a process of its own, with Kafka's default
+``broker.session.timeout.ms`` (9 s): a crashed broker stays the leader of its partitions in the
+metadata that long. A FailoverProducer and a plain confluent-kafka Producer (the reference, in
+the same run) each send ``--rate`` keyless 100-byte messages a second, taking turns; after
+``--crash-at`` seconds broker 1 stops (its listener closed, its connections dropped: a crash),
+and it starts again ``--down-s`` seconds later. For each producer: how many messages waited
+more than a second for their delivery report, the longest wait, and any not delivered.
+docs/guarantees.md ("Routing around partitions under min ISR") quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+
+from failover_partitioner import FailoverProducer
+from harness import MinibrokerProcess
+
+TOPIC = "crashed"
+VALUE = b"x" * 100
+CRASHED = 1
+
+
+class Waits:
+    """Each message's wait from produce() to its delivery report."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.waits: list[float] = []
+        self.failed = 0
+
+    def callback(self) -> Any:
+        sent_at = time.monotonic()
+        self.sent += 1
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is None:
+                self.waits.append(time.monotonic() - sent_at)
+            else:
+                self.failed += 1
+
+        return on_delivery
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "sent": self.sent,
+            "delivered": len(self.waits),
+            "failed": self.failed,
+            "waited_over_1s": sum(w > 1.0 for w in self.waits),
+            "longest_s": round(max(self.waits, default=0.0), 3),
+        }
+
+
+def run(rate: float, seconds: float, crash_at: float, down_s: float) -> dict[str, object]:
+    config = {"min.insync.replicas": "2", "broker.session.timeout.ms": "9000"}
+    with MinibrokerProcess(5, config) as cluster:
+        cluster.create_topic(TOPIC, 12)
+        conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "log_level": 0}
+        failover = FailoverProducer(dict(conf))
+        plain = Producer(dict(conf))
+        sides = {"failover": Waits(), "plain": Waits()}
+        try:
+            failover.health(TOPIC)
+            start = time.monotonic()
+            crashed = restarted = False
+            i = 0
+            while (now := time.monotonic() - start) < seconds:
+                if not crashed and now >= crash_at:
+                    cluster.stop_broker(CRASHED)
+                    crashed = True
+                if crashed and not restarted and now >= crash_at + down_s:
+                    cluster.call("start_broker", CRASHED)
+                    restarted = True
+                ahead = start + i / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+                failover.produce(TOPIC, VALUE, on_delivery=sides["failover"].callback())
+                plain.produce(TOPIC, VALUE, on_delivery=sides["plain"].callback())
+                i += 1
+                if i % 10 == 0:
+                    failover.poll(0)
+                    plain.poll(0)
+            if not restarted:
+                cluster.call("start_broker", CRASHED)
+            failover.flush(60)
+            plain.flush(60)
+        finally:
+            left = failover.close()
+        return {
+            "rate_per_s": rate,
+            "crash_at_s": crash_at,
+            "down_s": down_s,
+            **{name: w.summary() for name, w in sides.items()},
+            "failover_returned_on_close": len(left),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=1000.0, help="messages a second, each")
+    parser.add_argument("--seconds", type=float, default=16.0, help="how long to produce")
+    parser.add_argument("--crash-at", type=float, default=3.0, help="when broker 1 stops")
+    parser.add_argument("--down-s", type=float, default=11.0, help="how long it stays down")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    for _ in range(args.rounds):
+        print(json.dumps(run(args.rate, args.seconds, args.crash_at, args.down_s)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
