@@ -8,12 +8,14 @@ the same run) each send ``--rate`` keyless 100-byte messages a second, taking tu
 ``--crash-at`` seconds broker 1 stops (its listener closed, its connections dropped: a crash),
 and it starts again ``--down-s`` seconds later. For each producer: how many messages waited
 more than a second for their delivery report, the longest wait, and any not delivered.
-docs/guarantees.md ("Routing around partitions under min ISR") quotes it.
+``--aio``: an AsyncFailoverProducer alone, the same way. docs/guarantees.md ("Routing around
+partitions under min ISR") quotes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import time
 from typing import Any
@@ -102,6 +104,61 @@ def run(rate: float, seconds: float, crash_at: float, down_s: float) -> dict[str
         }
 
 
+def _reporting(on_delivery: Any) -> Any:
+    """A future's done-callback that reports its outcome as a delivery callback would."""
+
+    def done(future: asyncio.Future[Any]) -> None:
+        on_delivery(future.exception(), None)
+
+    return done
+
+
+def run_aio(rate: float, seconds: float, crash_at: float, down_s: float) -> dict[str, object]:
+    from failover_partitioner.aio import AsyncFailoverProducer
+
+    config = {"min.insync.replicas": "2", "broker.session.timeout.ms": "9000"}
+    with MinibrokerProcess(5, config) as cluster:
+        cluster.create_topic(TOPIC, 12)
+        waits = Waits()
+
+        async def produce() -> int:
+            p = AsyncFailoverProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+            await p.start()
+            try:
+                start = time.monotonic()
+                crashed = restarted = False
+                i = 0
+                while (now := time.monotonic() - start) < seconds:
+                    if not crashed and now >= crash_at:
+                        cluster.stop_broker(CRASHED)
+                        crashed = True
+                    if crashed and not restarted and now >= crash_at + down_s:
+                        cluster.call("start_broker", CRASHED)
+                        restarted = True
+                    ahead = start + i / rate - time.monotonic()
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
+                    on_delivery = waits.callback()
+                    future = await p.send(TOPIC, VALUE)
+                    future.add_done_callback(_reporting(on_delivery))
+                    i += 1
+                if not restarted:
+                    cluster.call("start_broker", CRASHED)
+                await p.flush(60)
+            finally:
+                left = await p.stop()
+            return len(left)
+
+        returned = asyncio.run(produce())
+    return {
+        "rate_per_s": rate,
+        "crash_at_s": crash_at,
+        "down_s": down_s,
+        "asyncio": waits.summary(),
+        "returned_on_stop": returned,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=1000.0, help="messages a second, each")
@@ -109,9 +166,11 @@ def main() -> None:
     parser.add_argument("--crash-at", type=float, default=3.0, help="when broker 1 stops")
     parser.add_argument("--down-s", type=float, default=11.0, help="how long it stays down")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--aio", action="store_true", help="an AsyncFailoverProducer alone")
     args = parser.parse_args()
+    measure = run_aio if args.aio else run
     for _ in range(args.rounds):
-        print(json.dumps(run(args.rate, args.seconds, args.crash_at, args.down_s)), flush=True)
+        print(json.dumps(measure(args.rate, args.seconds, args.crash_at, args.down_s)), flush=True)
 
 
 if __name__ == "__main__":
