@@ -489,3 +489,26 @@ def test_a_leader_the_client_cannot_connect_to_is_left_at_once() -> None:
         assert left == []
         assert outcomes
         assert all(err is None for err in outcomes)
+
+
+def test_close_keeps_its_timeout_with_every_broker_gone() -> None:
+    """Every broker stopped: the client's failed connections quarantine every partition and
+    ask metadata, which waits on an unreachable cluster (up to metadata_timeout_s, 5 s).
+    close() does not wait it out: it returns the unsent messages within its timeout and 0.5 s,
+    and the client is closed once that request returns."""
+    with Cluster(brokers=3) as cluster:
+        cluster.create_topic("gone", partitions=6, replication_factor=3)
+        p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
+        for _ in range(20):
+            p.produce("gone", b"before")
+        assert p.flush(10) == 0
+        for broker in (1, 2, 3):
+            cluster.stop_broker(broker)
+        for _ in range(50):
+            p.produce("gone", b"after")
+            p.poll(0.02)
+        start = time.monotonic()
+        left = p.close(timeout=0.2)
+        took = time.monotonic() - start
+    assert sorted(m.value for m in left if isinstance(m.value, bytes)) == [b"after"] * 50
+    assert took < 1.5, f"close(timeout=0.2) took {took:.2f} s"

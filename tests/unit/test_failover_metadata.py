@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -283,3 +284,45 @@ def test_the_assumed_min_isr_of_a_first_fetch_is_replaced_within_a_second() -> N
         assert (updates[-1].min_insync_replicas, updates[-1].min_isr_source) == (2, "topic")
     finally:
         r.close()
+
+
+class BlockedSource(FakeSource):
+    """A request that does not return until released: one to an unreachable cluster."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
+        self.entered.set()
+        self.release.wait(10)
+        return super().partitions(topic, timeout_s)
+
+
+def test_close_does_not_wait_out_a_request_in_flight_its_last_step_runs_after_it() -> None:
+    source = BlockedSource()
+    r = MetadataRefresher(source, lambda md: None, request_timeout_s=5.0)
+    r.start()
+    r.watch("t")
+    assert source.entered.wait(5)
+    closed: list[str] = []
+    start = time.monotonic()
+    r.close(0.1, then=lambda: closed.append("client"))
+    assert time.monotonic() - start < 1.0
+    assert closed == []  # the request still runs on what ``then`` closes
+    source.release.set()
+    deadline = time.monotonic() + 5
+    while not closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert closed == ["client"]
+    r.close(0.1, then=lambda: closed.append("again"))  # closing again: run at once, once
+    assert closed == ["client", "again"]
+
+
+def test_close_of_an_idle_refresher_runs_its_last_step_before_it_returns() -> None:
+    r = MetadataRefresher(FakeSource(), lambda md: None)
+    r.start()
+    closed: list[str] = []
+    r.close(5.0, then=lambda: closed.append("client"))
+    assert closed == ["client"]

@@ -449,9 +449,9 @@ class FailoverProducer(Batching):
         Messages handed back here get no callback: the returned list is their outcome.
         ``possibly_delivered`` marks those that may have been written anyway (an ambiguous
         failure, or still in flight when the client was purged). Calling ``close`` again
-        returns the same list. Stopping waits for a metadata request the producer has in
-        flight (one to an unreachable cluster lasts ``metadata_timeout_s``), up to 5 s past
-        ``timeout``.
+        returns the same list. A metadata request the producer has in flight (one to an
+        unreachable cluster lasts ``metadata_timeout_s``) is waited for up to 0.5 s past
+        ``timeout``; the client is closed once it returns.
 
         ``hand_back=False`` (what leaving a ``with`` block does, where nobody could take the
         list): the undelivered messages are reported as final failures are instead (the
@@ -486,12 +486,11 @@ class FailoverProducer(Batching):
             self._returned += len(undelivered)
             self._unsure = unsure
             self._undelivered = undelivered
-            self._meta.close()
+            # A metadata request in flight on the client is not waited for past 0.5 s: the
+            # client is closed when it returns.
+            self._meta.close(0.5, then=None if unsure else self._closing((client, *self._others())))
             self._metrics.close()
             self._source.close()
-            if not unsure:
-                for each in (client, *self._others()):
-                    each.close()
             # Told even when the flush was interrupted (Ctrl-C again while a with block ends).
             if unsure:
                 logger.error(
@@ -509,6 +508,14 @@ class FailoverProducer(Batching):
             elif left and not hand_back:
                 self._fail_left(left)
         return list(undelivered)
+
+    @staticmethod
+    def _closing(clients: tuple[Any, ...]) -> Callable[[], None]:
+        def close() -> None:
+            for each in clients:
+                each.close()
+
+        return close
 
     def _purge_clients(self, client: confluent_kafka.Producer) -> None:
         """Take back what librdkafka still holds and serve the purge reports, so that every

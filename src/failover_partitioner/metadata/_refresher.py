@@ -208,6 +208,7 @@ class MetadataRefresher:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
+        self._then: Callable[[], None] | None = None  # close()'s last step, run once
         self._metadata: dict[str, TopicMetadata] = {}
         self._min_isr: dict[str, MinIsr] = {}
         self._warned_default: set[str] = set()
@@ -222,12 +223,26 @@ class MetadataRefresher:
                 self._started = True
                 self._thread.start()
 
-    def close(self, timeout_s: float = 5.0) -> None:
+    def close(self, timeout_s: float = 5.0, then: Callable[[], None] | None = None) -> None:
+        """Stop the thread, waiting up to ``timeout_s`` for it; then run ``then`` (closing
+        what the source's requests use). A request still in flight by then (one to an
+        unreachable cluster lasts ``request_timeout_s``) is not waited for: the thread runs
+        ``then`` once it returns."""
         with self._lock:
             self._closed = True
+            self._then = then
         self._wake.set()
         if self._started and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                return
+        self._run_then()
+
+    def _run_then(self) -> None:
+        with self._lock:
+            then, self._then = self._then, None
+        if then is not None:
+            then()
 
     def watch(self, topic: str) -> None:
         with self._lock:
@@ -272,6 +287,15 @@ class MetadataRefresher:
     # -- the thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            try:
+                self._run_then()
+            except Exception:
+                logger.exception("closing after the metadata thread's last request failed")
+
+    def _serve(self) -> None:
         while True:
             with self._lock:
                 if self._closed:
