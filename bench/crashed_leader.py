@@ -60,9 +60,44 @@ class Waits:
         }
 
 
+# Kafka's default session timeout: a crashed broker stays a leader in the metadata that long.
+CONFIG = {"min.insync.replicas": "2", "broker.session.timeout.ms": "9000"}
+
+
+class Crash:
+    """Broker :data:`CRASHED` stopped at ``crash_at`` s and started ``down_s`` later; ``pace``
+    says how long to wait before message ``i`` (``rate`` a second), doing what is due first."""
+
+    def __init__(
+        self, cluster: MinibrokerProcess, rate: float, crash_at: float, down_s: float
+    ) -> None:
+        self._cluster = cluster
+        self._rate = rate
+        self._crash_at = crash_at
+        self._restart_at = crash_at + down_s
+        self._crashed = self._restarted = False
+        self.start = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def pace(self, i: int) -> float:
+        now = self.elapsed()
+        if not self._crashed and now >= self._crash_at:
+            self._cluster.stop_broker(CRASHED)
+            self._crashed = True
+        if self._crashed and not self._restarted and now >= self._restart_at:
+            self.restart()
+        return self.start + i / self._rate - time.monotonic()
+
+    def restart(self) -> None:
+        if not self._restarted:
+            self._cluster.call("start_broker", CRASHED)
+            self._restarted = True
+
+
 def run(rate: float, seconds: float, crash_at: float, down_s: float) -> dict[str, object]:
-    config = {"min.insync.replicas": "2", "broker.session.timeout.ms": "9000"}
-    with MinibrokerProcess(5, config) as cluster:
+    with MinibrokerProcess(5, CONFIG) as cluster:
         cluster.create_topic(TOPIC, 12)
         conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "log_level": 0}
         failover = FailoverProducer(dict(conf))
@@ -70,17 +105,10 @@ def run(rate: float, seconds: float, crash_at: float, down_s: float) -> dict[str
         sides = {"failover": Waits(), "plain": Waits()}
         try:
             failover.health(TOPIC)
-            start = time.monotonic()
-            crashed = restarted = False
+            crash = Crash(cluster, rate, crash_at, down_s)
             i = 0
-            while (now := time.monotonic() - start) < seconds:
-                if not crashed and now >= crash_at:
-                    cluster.stop_broker(CRASHED)
-                    crashed = True
-                if crashed and not restarted and now >= crash_at + down_s:
-                    cluster.call("start_broker", CRASHED)
-                    restarted = True
-                ahead = start + i / rate - time.monotonic()
+            while crash.elapsed() < seconds:
+                ahead = crash.pace(i)
                 if ahead > 0:
                     time.sleep(ahead)
                 failover.produce(TOPIC, VALUE, on_delivery=sides["failover"].callback())
@@ -89,8 +117,7 @@ def run(rate: float, seconds: float, crash_at: float, down_s: float) -> dict[str
                 if i % 10 == 0:
                     failover.poll(0)
                     plain.poll(0)
-            if not restarted:
-                cluster.call("start_broker", CRASHED)
+            crash.restart()
             failover.flush(60)
             plain.flush(60)
         finally:
@@ -116,8 +143,7 @@ def _reporting(on_delivery: Any) -> Any:
 def run_aio(rate: float, seconds: float, crash_at: float, down_s: float) -> dict[str, object]:
     from failover_partitioner.aio import AsyncFailoverProducer
 
-    config = {"min.insync.replicas": "2", "broker.session.timeout.ms": "9000"}
-    with MinibrokerProcess(5, config) as cluster:
+    with MinibrokerProcess(5, CONFIG) as cluster:
         cluster.create_topic(TOPIC, 12)
         waits = Waits()
 
@@ -125,25 +151,17 @@ def run_aio(rate: float, seconds: float, crash_at: float, down_s: float) -> dict
             p = AsyncFailoverProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
             await p.start()
             try:
-                start = time.monotonic()
-                crashed = restarted = False
+                crash = Crash(cluster, rate, crash_at, down_s)
                 i = 0
-                while (now := time.monotonic() - start) < seconds:
-                    if not crashed and now >= crash_at:
-                        cluster.stop_broker(CRASHED)
-                        crashed = True
-                    if crashed and not restarted and now >= crash_at + down_s:
-                        cluster.call("start_broker", CRASHED)
-                        restarted = True
-                    ahead = start + i / rate - time.monotonic()
+                while crash.elapsed() < seconds:
+                    ahead = crash.pace(i)
                     if ahead > 0:
                         await asyncio.sleep(ahead)
                     on_delivery = waits.callback()
                     future = await p.send(TOPIC, VALUE)
                     future.add_done_callback(_reporting(on_delivery))
                     i += 1
-                if not restarted:
-                    cluster.call("start_broker", CRASHED)
+                crash.restart()
                 await p.flush(60)
             finally:
                 left = await p.stop()
