@@ -70,7 +70,7 @@ class QuarantinePolicy:
 class Quarantine:
     """Quarantined partitions of one topic, with their strike counts."""
 
-    __slots__ = ("_held", "_moving", "_policy", "_released_at", "_strikes", "_until")
+    __slots__ = ("_held", "_policy", "_released_at", "_strikes", "_unreachable", "_until")
 
     def __init__(self, policy: QuarantinePolicy | None = None) -> None:
         self._policy = policy or QuarantinePolicy()
@@ -80,7 +80,7 @@ class Quarantine:
         # held writes: partition -> (end of its back-off, its metadata at the strike)
         self._held: dict[int, tuple[float, Hashable]] = {}
         # unreachable leaders: partition -> its metadata at the strike
-        self._moving: dict[int, Hashable] = {}
+        self._unreachable: dict[int, Hashable] = {}
 
     @property
     def policy(self) -> QuarantinePolicy:
@@ -107,15 +107,16 @@ class Quarantine:
     def strike(
         self, partition: int, now: float, *, held: Hashable = None, unreachable: Hashable = None
     ) -> bool:
-        """Record a failed write; return True if this put the partition into quarantine.
+        """Record a failed write (or an unreachable leader); return True if this put the
+        partition into quarantine.
 
         ``held``: the write was held until a timeout, and this is the partition's metadata now
         (see the module): the quarantine then lasts until the metadata differs, or ``max_s``.
         ``unreachable``: the client could not connect to the partition's leader, and this is
         its metadata now: as for ``held``, and the quarantine also ends as soon as the metadata
-        differs. Failures
-        reported while it is already quarantined (messages that were in flight when the first
-        one failed) do not lengthen the back-off: they carry no new information.
+        differs. Failures reported while it is already quarantined (messages that were in
+        flight when the first one failed) do not lengthen the back-off: they carry no new
+        information.
         """
         if partition in self._until:
             return False
@@ -126,7 +127,7 @@ class Quarantine:
         self._strikes[partition] = strikes
         backoff_end = now + self._policy.backoff_s(strikes)
         if unreachable is not None:
-            self._moving[partition] = held = unreachable
+            self._unreachable[partition] = held = unreachable
         if held is None:
             self._until[partition] = backoff_end
         else:
@@ -152,14 +153,14 @@ class Quarantine:
             if (
                 until <= now
                 or self._held_due(p, now, metadata, elsewhere)
-                or (p in self._moving and metadata(p) != self._moving[p])
+                or (p in self._unreachable and metadata(p) != self._unreachable[p])
             )
             and usable_by_metadata(p)
         ]
         for p in released:
             del self._until[p]
             self._held.pop(p, None)
-            self._moving.pop(p, None)
+            self._unreachable.pop(p, None)
             self._released_at[p] = now
         return released
 
@@ -201,4 +202,4 @@ class Quarantine:
             self._strikes.pop(p, None)
             self._released_at.pop(p, None)
             self._held.pop(p, None)
-            self._moving.pop(p, None)
+            self._unreachable.pop(p, None)

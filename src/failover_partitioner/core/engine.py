@@ -341,6 +341,7 @@ class FailoverCore(Generic[E]):
         struck = []
         for topic, state in list(self.topics.items()):  # a copy: others may add topics
             led = [p.partition for p in state.metadata.partitions if p.leader == broker]
+            # A list, not a generator: every partition it leads is struck.
             if any([self._strike(topic, p, unreachable=broker) for p in led]):
                 struck.append(topic)
         return struck
@@ -349,9 +350,8 @@ class FailoverCore(Generic[E]):
         self, topic: str, partition: int, held: bool = False, unreachable: int | None = None
     ) -> bool:
         state = self.topics.get(topic)
-        now = self._clock()
         if state is None or not state.strike(
-            partition, now, held=held, unreachable=unreachable is not None
+            partition, self._clock(), held=held, unreachable=unreachable is not None
         ):
             return False
         self.quarantines += 1
