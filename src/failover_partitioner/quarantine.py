@@ -79,8 +79,8 @@ class Quarantine:
         self._released_at: dict[int, float] = {}
         # held writes: partition -> (end of its back-off, its metadata at the strike)
         self._held: dict[int, tuple[float, Hashable]] = {}
-        # unreachable leaders: partition -> its metadata at the strike
-        self._unreachable: dict[int, Hashable] = {}
+        # held ones struck for an unreachable leader (released at once on new metadata)
+        self._unreachable: set[int] = set()
 
     @property
     def policy(self) -> QuarantinePolicy:
@@ -105,18 +105,17 @@ class Quarantine:
         return self._until.get(partition)
 
     def strike(
-        self, partition: int, now: float, *, held: Hashable = None, unreachable: Hashable = None
+        self, partition: int, now: float, *, held: Hashable = None, unreachable: bool = False
     ) -> bool:
         """Record a failed write (or an unreachable leader); return True if this put the
         partition into quarantine.
 
         ``held``: the write was held until a timeout, and this is the partition's metadata now
         (see the module): the quarantine then lasts until the metadata differs, or ``max_s``.
-        ``unreachable``: the client could not connect to the partition's leader, and this is
-        its metadata now: as for ``held``, and the quarantine also ends as soon as the metadata
-        differs. Failures reported while it is already quarantined (messages that were in
-        flight when the first one failed) do not lengthen the back-off: they carry no new
-        information.
+        ``unreachable`` (with ``held``): the client could not connect to the partition's
+        leader: the quarantine also ends as soon as the metadata differs. Failures reported
+        while it is already quarantined (messages that were in flight when the first one
+        failed) do not lengthen the back-off: they carry no new information.
         """
         if partition in self._until:
             return False
@@ -126,8 +125,8 @@ class Quarantine:
         strikes = self._strikes.get(partition, 0) + 1
         self._strikes[partition] = strikes
         backoff_end = now + self._policy.backoff_s(strikes)
-        if unreachable is not None:
-            self._unreachable[partition] = held = unreachable
+        if unreachable and held is not None:
+            self._unreachable.add(partition)
         if held is None:
             self._until[partition] = backoff_end
         else:
@@ -153,14 +152,14 @@ class Quarantine:
             if (
                 until <= now
                 or self._held_due(p, now, metadata, elsewhere)
-                or (p in self._unreachable and metadata(p) != self._unreachable[p])
+                or (p in self._unreachable and metadata(p) != self._held[p][1])
             )
             and usable_by_metadata(p)
         ]
         for p in released:
             del self._until[p]
             self._held.pop(p, None)
-            self._unreachable.pop(p, None)
+            self._unreachable.discard(p)
             self._released_at[p] = now
         return released
 
@@ -202,4 +201,4 @@ class Quarantine:
             self._strikes.pop(p, None)
             self._released_at.pop(p, None)
             self._held.pop(p, None)
-            self._unreachable.pop(p, None)
+            self._unreachable.discard(p)

@@ -120,13 +120,8 @@ class TopicState:
         with self.lock:
             if partition >= len(self.metadata.partitions):
                 return False
-            seen = self.metadata.partitions[partition]
-            newly = self.quarantine.strike(
-                partition,
-                now,
-                held=seen if held else None,
-                unreachable=seen if unreachable else None,
-            )
+            seen = self.metadata.partitions[partition] if held or unreachable else None
+            newly = self.quarantine.strike(partition, now, held=seen, unreachable=unreachable)
             if newly:
                 self.quarantines += 1
                 self.rebuild()
