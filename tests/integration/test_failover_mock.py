@@ -181,6 +181,29 @@ def count_failover_path(p: FailoverProducer) -> list[int]:
     return count
 
 
+def test_a_client_error_another_client_saw_quarantines_what_its_broker_leads(
+    mock: MockCluster,
+) -> None:
+    """``report_client_error`` (the mirror's fast lane calls it from its own client's
+    error_cb): a broker that client could not connect to has the partitions it leads taken out
+    of use, as if the producer's own client had failed; other errors change nothing."""
+    p = producer(mock, ready=TOPIC)
+    lead = leaders(p)
+    broker = lead[0]
+    disconnected = KafkaError(KafkaError._TRANSPORT, f"127.0.0.1:1/{broker}: Disconnected")
+    assert p.report_client_error(disconnected) is False
+    assert all(p.usable(TOPIC, q) for q in range(PARTITIONS))
+    refused = KafkaError(
+        KafkaError._TRANSPORT,
+        f"127.0.0.1:1/{broker}: Connect to ipv4#127.0.0.1:1 failed: Connection refused",
+    )
+    assert p.report_client_error(refused) is True
+    assert {q for q in range(PARTITIONS) if not p.usable(TOPIC, q)} == {
+        q for q, b in lead.items() if b == broker
+    }
+    assert p.close() == []
+
+
 def test_a_quarantine_leaves_the_healthy_path_open_and_ends_with_a_fetch_of_then(
     mock: MockCluster,
 ) -> None:

@@ -517,3 +517,49 @@ def test_a_group_moved_with_translate_reads_the_rest_on_the_target_missing_nothi
     assert len(again) == promised
     if not fault:
         assert promised == 0  # preserve mode, healthy: each target partition is its source's
+
+
+def test_a_crashed_target_leader_does_not_stall_the_fast_lane() -> None:
+    """A target broker that crashes leads its partitions, in the metadata, until the controller
+    fences it (30 s here; the leaders of the others drop it from their ISR after a second).
+    The fast lane's client fails to connect to it; that failure reaches the failover producer,
+    which leaves those partitions, so the mirror turns the lane off and sends the lane's
+    unsent messages through the failover producer, rather than wait for them until
+    message.timeout.ms (10 s), and again, until the fencing. Nothing is lost; after the
+    restart everything is there."""
+    slow_fence = {"broker.session.timeout.ms": "30000", "replica.lag.time.max.ms": "1000"}
+    with Cluster(brokers=3) as src, Cluster(brokers=3, config=slow_fence) as dst:
+        src.create_topic("events", partitions=12, replication_factor=3)
+        running = RunningMirror(
+            options(src, dst, "crash", topic_replication_factor=3, partitioning="preserve")
+        )
+        try:
+            produce(src, "events", range(12), 100, "before")
+            wait_for(lambda: running.delivered() >= 1200, 30, "1200 deliveries")
+            led = {s.partition for s in dst.describe("events") if s.leader == 2}
+            assert led, "broker 2 must lead some target partitions"
+            dst.stop_broker(2)
+            stopped = time.monotonic()
+            produce(src, "events", range(12), 100, "during")
+            wait_for(lambda: running.delivered() >= 2400, 60, "2400 deliveries during the crash")
+            took = time.monotonic() - stopped
+            still = {s.partition for s in dst.describe("events") if s.leader == 2}
+            print(f"took {took:.2f} s, still led by 2: {still}")
+            # The metadata still names broker 2: only the failed connection told.
+            assert still == led
+            assert took < 5, f"the mirror took {took:.1f} s to deliver around the crashed leader"
+            dst.start_broker(2)
+            status = running.stop()
+        except BaseException:
+            running.mirror.stop()
+            raise
+        assert status.failed == 0
+        target = read_all(dst, "events")
+    values = {m.value() for messages in target.values() for m in messages}
+    assert values == {
+        b"%s-%d-%d" % (tag, p, i)
+        for tag in (b"before", b"during")
+        for p in range(12)
+        for i in range(100)
+    }
+    print(f"led by broker 2 {sorted(led)}; delivered around it in {took:.2f} s")

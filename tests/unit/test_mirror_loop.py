@@ -316,6 +316,9 @@ class FakeFailoverProducer(FakeProducer):
         super().__init__(*args, **kw)
         self.is_whole = whole
         self.reported: list[tuple[str, int, int]] = []
+        self.client_errors: list[KafkaError] = []
+        # What report_client_error answers (whether the error took partitions out of use).
+        self.leaves_partitions = False
 
     def whole(self, topic: str) -> bool:
         return self.is_whole(topic)
@@ -325,6 +328,10 @@ class FakeFailoverProducer(FakeProducer):
 
     def report_failure(self, topic: str, partition: int, err: KafkaError) -> None:
         self.reported.append((topic, partition, err.code()))
+
+    def report_client_error(self, err: KafkaError) -> bool:
+        self.client_errors.append(err)
+        return self.leaves_partitions
 
     def flush(self, timeout: float | None = None) -> int:
         self.guard.check("flush")
@@ -345,11 +352,14 @@ class FakeLane:
         *,
         fail: Callable[[Produced], KafkaError | None] = lambda m: None,
         hold: Callable[[Produced], bool] = lambda m: False,
+        error: Callable[[], KafkaError | None] = lambda: None,
     ) -> None:
         self.clock = clock
         self.guard = guard
         self.fail = fail
         self.hold = hold
+        self.error = error  # a client error to report on a flush (to error_cb)
+        self.error_cb: Callable[[KafkaError], None] | None = None
         self.pending: list[tuple[Produced, int]] = []
         self.reports: list[tuple[Produced, KafkaError, int]] = []
         self.target: list[Produced] = []
@@ -385,6 +395,9 @@ class FakeLane:
             else:
                 self.reports.append((m, err, partition))
         self.pending = kept
+        err = self.error()
+        if err is not None and self.error_cb is not None:
+            self.error_cb(err)
         self._serve()
         if kept:
             self.clock.sleep(max(timeout, 0.01))
@@ -458,6 +471,7 @@ class Rig:
             assert conf["delivery.report.only.error"] is True
             assert conf["partitioner"] == "murmur2_random"
             fake = FakeLane(self.clock, self.guard, **(lane_kw or {}))
+            fake.error_cb = conf.get("error_cb")
             self.lanes.append(fake)
             return fake
 
@@ -1095,6 +1109,62 @@ def test_the_lane_is_off_while_a_target_topic_is_not_whole_and_on_again_after() 
         assert via_producer
         assert min(via_lane) < min(via_producer)
         assert max(via_producer) < max(via_lane)
+    assert source.committed == {("t", 0): 300, ("t", 1): 300}
+
+
+def test_a_leader_the_lane_cannot_reach_sends_its_unsent_messages_through_the_producer() -> None:
+    # From the 200th message consumed on, the lane's client cannot reach the leader of the
+    # partition holding partition 1's keyless messages (its error_cb says so once): they would
+    # wait there until its leadership moves, 30 s later. The failover producer hears of it and
+    # takes partitions out of use; the lane takes back what it has not sent, and goes off.
+    source = FakeSource()
+    source.add_topic("t", 2, 300)
+    rig = Rig(source)
+    crashed_at: float | None = None
+    told = False
+    connect_failed = KafkaError(
+        KafkaError._TRANSPORT, "127.0.0.1:9093/2: Connect to ipv4#127.0.0.1:9093 failed"
+    )
+
+    def hold(m: Produced) -> bool:
+        nonlocal crashed_at
+        if crashed_at is None and len(rig.consumers[0].consumed) >= 200:
+            crashed_at = rig.clock()
+        held = crashed_at is not None and rig.clock() < crashed_at + 30
+        return held and m.key is None and isinstance(m.value, bytes) and m.value[:4] == b"t/1/"
+
+    def error() -> KafkaError | None:
+        nonlocal told
+        if crashed_at is not None and not told:
+            told = True
+            rig.producers[0].leaves_partitions = True  # type: ignore[attr-defined]
+            return connect_failed
+        return None
+
+    def whole(topic: str) -> bool:
+        return not told
+
+    mirror = rig.mirror(
+        lane_kw={"hold": hold, "error": error}, producer_kw={"whole": whole}, max_in_flight=50
+    )
+    final = run_until(mirror, all_delivered(600), limit_s=120)
+    lane, producer = rig.lanes[0], rig.producers[0]
+    assert isinstance(producer, FakeFailoverProducer)
+    assert [e.code() for e in producer.client_errors] == [KafkaError._TRANSPORT]
+    assert lane.pending == []  # nothing left waiting on the lane
+    assert sorted(origins(rig.target())) == sorted(
+        (t, p, m.offset()) for (t, p), log in source.logs.items() for m in log
+    )
+    assert final.possible_duplicates == 0  # taken back unsent: no copy
+    assert final.rerouted == 0  # taken back, not refused: not counted as placed away
+    # What the lane delivered came before what went through the producer, but the messages it
+    # held and took back (partition 1's keyless ones: even offsets; the keyed ones between
+    # went to other partitions and were delivered).
+    for p in (0, 1):
+        last_on_lane = max(o for _, q, o in origins(lane.target) if q == p)
+        taken_back = {o for _, q, o in origins(producer.target) if q == p and o < last_on_lane}
+        assert all(o % 2 == 0 for o in taken_back)
+        assert bool(taken_back) == (p == 1)
     assert source.committed == {("t", 0): 300, ("t", 1): 300}
 
 

@@ -151,10 +151,15 @@ class Delivering(Clients):
         self._leave_whole()
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
-        """A client's error_cb. A broker it could not connect to (crashed, or cut off) leads
+        """A client's error_cb (see ``_heed_client_error``)."""
+        self._heed_client_error(err)
+        super()._on_client_error(err)
+
+    def _heed_client_error(self, err: confluent_kafka.KafkaError) -> bool:
+        """A client's error. A broker it could not connect to (crashed, or cut off) leads
         partitions that take nothing until it is back or their leadership moves: the core
         quarantines them, so that new messages go elsewhere rather than wait in the client's
-        queue with nothing failed to say so."""
+        queue with nothing failed to say so. True when that took partitions out of use."""
         broker = None if self._closed else unreachable_broker(err)
         struck = [] if broker is None else self._core.unreachable(broker)
         if struck:
@@ -168,7 +173,7 @@ class Delivering(Clients):
         for topic in struck:
             self._quarantined(topic)
             self._meta.request_refresh(topic)
-        super()._on_client_error(err)
+        return bool(struck)
 
     def _on_final_failure(self, entry: Entry[_Record], error: object) -> None:
         self._final_failures += 1

@@ -605,6 +605,14 @@ class FailoverProducer(Batching):
         metadata fetched again, as the error calls for. The message itself is the caller's."""
         self._heed(topic, partition, classify(err.code(), err.name()))
 
+    def report_client_error(self, err: confluent_kafka.KafkaError) -> bool:
+        """Take an error that another client of the same cluster reported (its ``error_cb``)
+        into the health model as if the producer's own client had: a broker it could not
+        connect to has the partitions it leads quarantined (docs/guarantees.md, "A leader the
+        client cannot connect to"). True when that took partitions out of use; other errors
+        change nothing."""
+        return self._heed_client_error(err)
+
     def metadata_age_s(self, topic: str) -> float | None:
         """Seconds since ``topic``'s metadata was fetched, or None if it never was."""
         return self._meta.age_s(topic)

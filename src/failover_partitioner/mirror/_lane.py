@@ -34,7 +34,14 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from failover_partitioner._config import client_settings, companion_conf
 from failover_partitioner.errors import ProduceTimeout, classify
 
-from ._clients import Clients, DeliveryCallback, LaneProducer, build, produce_consumed
+from ._clients import (
+    Clients,
+    DeliveryCallback,
+    LaneProducer,
+    build,
+    describe,
+    produce_consumed,
+)
 from ._commits import Span
 from ._config import MirrorOptions
 from ._failures import Failures
@@ -49,8 +56,10 @@ logger = logging.getLogger(__name__)
 LaneFailure = tuple[Span, KafkaError, Message]
 
 # Send a message the producer had no room for once it has (target, message, headers,
-# callback, timestamp type, timestamp); False: the mirror stops first.
-WhenRoom = Callable[[str, Message, "Headers | None", "DeliveryCallback | Span", int, int], bool]
+# callback, timestamp type, timestamp, preferred partition or -1); False: the mirror stops first.
+WhenRoom = Callable[
+    [str, Message, "Headers | None", "DeliveryCallback | Span", int, int, int], bool
+]
 
 
 # The longest the mirror may wait for the lane to settle: a message the lane holds longer is
@@ -124,6 +133,12 @@ class FastLane:
         self.spans, self.failed = [], []
         return spans, failed
 
+    def take_back(self) -> None:
+        """Take back the messages the client has not sent yet: each gets a failure report
+        (``_PURGE_QUEUE``, never written) when the lane is next settled; those in flight keep
+        theirs."""
+        self._client.purge(in_queue=True, in_flight=False, blocking=True)
+
     def purge(self) -> None:
         """Give up on what the client holds: every such message gets a failure report
         (``_PURGE_QUEUE``, or ``_PURGE_INFLIGHT`` for one that may still have been written)."""
@@ -164,17 +179,47 @@ class LaneControl:
         self.lane: FastLane | None = None
         self.on = False
         self._retry_at = 0.0
+        self._leaving = False  # the lane's client could not reach a leader (_client_error)
 
     def start(self, factory: Callable[[dict[str, Any]], Any] | None) -> None:
         """Build the lane's client, if there is a factory and the producer is the failover
         producer (the lane needs its view of topic health)."""
         if factory is None or not isinstance(self._clients.producer, LaneProducer):
             return
-        self.lane = FastLane(
-            build("fast lane producer", factory, lane_config(self._options.producer_config)),
-            self._clock,
-        )
+        conf = lane_config(self._options.producer_config)
+        conf["error_cb"] = self._client_error
+        self.lane = FastLane(build("fast lane producer", factory, conf), self._clock)
         self.on = True
+
+    def _client_error(self, err: KafkaError) -> None:
+        """The lane client's error_cb (called while it is settled). The failover producer takes
+        it as its own client's: a broker the lane could not connect to has the partitions it
+        leads quarantined. The lane's messages for them would wait in its queue until the
+        controller moves their leadership (its session timeout, 9 s by default) or they time
+        out: the lane then takes back what it has not sent and goes off (``_between``)."""
+        logger.debug("fast lane producer: %s", describe(err))
+        if self._clients.lane_producer().report_client_error(err):
+            self._leaving = True
+
+    def _between(self) -> None:
+        """Run every 50 ms while the lane is settled: the producer's reports are served, and
+        after ``_client_error`` took partitions out of use, the lane takes back its unsent
+        messages (sent again through the failover producer once it is settled) and is off
+        until every target topic is whole again."""
+        producer = self._clients.producer
+        assert producer is not None
+        producer.poll(0)
+        lane = self.lane
+        if self._leaving and lane is not None:
+            self._leaving = False
+            if self.on:
+                logger.info(
+                    "the fast lane could not reach a leader: its unsent messages go through "
+                    "the failover producer until all target topics are whole again"
+                )
+                self.on = False
+                self._retry_at = self._clock() + LANE_RETRY_S
+            lane.take_back()
 
     def retry(self) -> None:
         """The lane is off: look again whether it can come back on, at most every
@@ -215,9 +260,7 @@ class LaneControl:
         lane = self.lane
         if lane is None or not lane.spans:
             return
-        producer = self._clients.producer
-        assert producer is not None
-        while not lane.settle(1.0, partial(producer.poll, 0)):
+        while not lane.settle(1.0, self._between):
             if self._stopping():
                 return
         self._outcomes(resend=True)
@@ -278,25 +321,31 @@ class LaneControl:
             if twice:
                 dups = self._counters.possible_duplicates
                 dups[tracker.topic] = dups.get(tracker.topic, 0) + twice
+            moved = err.code() != KafkaError._PURGE_QUEUE  # else taken back, not refused
             for m in again:
-                self._resend(span, m, target)
+                self._resend(span, m, target, moved)
         if handed_back:
             tracker.handed_back(span, handed_back)
 
-    def _resend(self, span: Span, msg: Message, target: str) -> None:
+    def _resend(self, span: Span, msg: Message, target: str, moved: bool) -> None:
         """Send ``msg`` of ``span`` again through the failover producer (it failed on the
-        lane); its outcome comes to the span as any other."""
+        lane, or was taken back from it: not ``moved``); its outcome comes to the span as any
+        other. In preserve mode it keeps its partition number while that is usable; counted
+        as rerouted when placed away from it, or in key mode when the lane's attempt failed."""
         producer = self._clients.producer
         assert producer is not None
         tracker = span.tracker
         headers = self._provenance.headers_for(msg, tracker.topic, tracker.partition)
         ts_type, ts = msg.timestamp()
-        rerouted = self._counters.rerouted
-        rerouted[tracker.topic] = rerouted.get(tracker.topic, 0) + 1
+        place = self._targets.placement(target, tracker.partition)
+        if place < 0 and (moved or self._targets.preserve.get(target)):
+            rerouted = self._counters.rerouted
+            rerouted[tracker.topic] = rerouted.get(tracker.topic, 0) + 1
+        extra = (place,) if place >= 0 else ()  # a PlacingProducer's partition preference
         try:
-            produce_consumed(producer, target, msg, headers, span, ts_type, ts)
+            produce_consumed(producer, target, msg, headers, span, ts_type, ts, *extra)
         except (BufferError, ProduceTimeout):
-            if not self._when_room(target, msg, headers, span, ts_type, ts):
+            if not self._when_room(target, msg, headers, span, ts_type, ts, place):
                 # Stopping before the producer took it: not delivered, so never committed.
                 tracker.handed_back(span, [msg.offset()])  # type: ignore[list-item]
                 span.delivered()
@@ -317,8 +366,11 @@ class LaneControl:
         assert producer is not None
         lane = self.lane
         if lane is not None and lane.spans:
-            if lane.settle(0.05, partial(producer.poll, 0)):
+            if lane.settle(0.05, self._between):
                 self._outcomes(resend=True)
+            elif not self.on:
+                # Taken back (_between): settled before any message takes the other client.
+                self.settle()
             producer.poll(0)
         else:
             producer.poll(0.05)
