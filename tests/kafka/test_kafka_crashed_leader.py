@@ -24,6 +24,48 @@ from tests.kafka.support import new_topic, read_back, wait_for, whole
 from tests.realkafka.cluster import KafkaCluster
 
 CRASHED = 3
+SESSION_S = 15
+
+
+class Sending:
+    """A FailoverProducer writing ``m-0``, ``m-1``, ... to ``topic``; each outcome kept."""
+
+    def __init__(self, cluster: KafkaCluster, topic: str, **conf: Any) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.producer = FailoverProducer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", **conf}
+        )
+        self.sent = 0
+        self.outcomes: list[KafkaError | None] = []
+
+    def led(self) -> set[int]:
+        return {v.partition for v in self.cluster.describe(self.topic) if v.leader == CRASHED}
+
+    def send(self, count: int = 1) -> None:
+        for _ in range(count):
+            self.producer.produce(self.topic, b"m-%d" % self.sent, on_delivery=self._outcome)
+            self.sent += 1
+
+    def _outcome(self, err: KafkaError | None, _msg: Any) -> None:
+        self.outcomes.append(err)
+
+    def usable(self, partitions: set[int]) -> bool:
+        """Whether any of ``partitions`` takes messages in the producer's view."""
+        return any(self.producer.usable(self.topic, q) for q in partitions)
+
+    def all_delivered(self, partitions: int) -> None:
+        """Flush and close: every message delivered once, none failed, all read back."""
+        flushed = self.producer.flush(60)
+        stats = self.producer.statistics()
+        left = self.producer.close()
+        assert flushed == 0
+        assert left == []
+        assert (stats.delivered, stats.final_failures) == (self.sent, 0)
+        assert self.outcomes == [None] * self.sent
+        wait_for(lambda: whole(self.cluster, self.topic), 90, "every ISR full again")
+        read = read_back(self.cluster.bootstrap_servers, self.topic, partitions)
+        assert {m.value() for m in read} == {b"m-%d" % i for i in range(self.sent)}
 
 
 def test_a_crashed_leader_is_left_before_the_controller_fences_it(
@@ -31,51 +73,30 @@ def test_a_crashed_leader_is_left_before_the_controller_fences_it(
 ) -> None:
     cluster = kafka_cluster
     topic, _ = new_topic(cluster, "crashed")
-    led = {v.partition for v in cluster.describe(topic) if v.leader == CRASHED}
+    s = Sending(cluster, topic, **{"linger.ms": 5})
+    led = s.led()
     assert led
-    outcomes: list[KafkaError | None] = []
-
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-        outcomes.append(err)
-
-    p = FailoverProducer(
-        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 5}
-    )
-    sent = 0
     try:
-        wait_for(lambda: p.health(topic).min_insync_replicas == 2, 20, "min ISR read from Kafka")
-        for _ in range(200):
-            p.produce(topic, b"m-%d" % sent, on_delivery=on_delivery)
-            sent += 1
-        assert p.flush(30) == 0
+        wait_for(
+            lambda: s.producer.health(topic).min_insync_replicas == 2, 20, "min ISR read from Kafka"
+        )
+        s.send(200)
+        assert s.producer.flush(30) == 0
         cluster.kill(CRASHED)
         killed = time.monotonic()
-        while any(p.usable(topic, q) for q in led):
+        while s.usable(led):
             # The session timeout is 4 s: before 2 s only the failed connection can have told.
             assert time.monotonic() - killed < 2.0, f"still placing messages on {sorted(led)}"
-            p.produce(topic, b"m-%d" % sent, on_delivery=on_delivery)
-            sent += 1
-            p.poll(0.005)
+            s.send()
+            s.producer.poll(0.005)
         left_after = time.monotonic() - killed
-        for _ in range(200):  # all of them to the partitions of live leaders
-            p.produce(topic, b"m-%d" % sent, on_delivery=on_delivery)
-            sent += 1
+        s.send(200)  # all of them to the partitions of live leaders
         cluster.restart(CRASHED)
-        assert p.flush(60) == 0
-        stats = p.statistics()
-    finally:
-        left = p.close()
-    assert left == []
-    assert (stats.delivered, stats.final_failures) == (sent, 0)
-    assert outcomes == [None] * sent
-    wait_for(lambda: whole(cluster, topic), 90, "every ISR full again")
-    assert {m.value() for m in read_back(cluster.bootstrap_servers, topic)} == {
-        b"m-%d" % i for i in range(sent)
-    }
+    except BaseException:
+        s.producer.close()
+        raise
+    s.all_delivered(12)
     print(f"partitions {sorted(led)} of broker {CRASHED} left {left_after:.3f} s after the kill")
-
-
-SESSION_S = 15
 
 
 @pytest.mark.slow  # a cluster of its own and a 15 s session timeout: about a minute
@@ -92,43 +113,27 @@ def test_a_leader_restarted_before_it_is_fenced_stays_out_until_it_is(
     )
     topic = f"restarted-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, partitions=6, replication_factor=3)
-    led = {v.partition for v in cluster.describe(topic) if v.leader == CRASHED}
+    s = Sending(cluster, topic)
+    led = s.led()
     assert led
-    outcomes: list[KafkaError | None] = []
-
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-        outcomes.append(err)
-
-    p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
-    sent = 0
     try:
-        for _ in range(100):
-            p.produce(topic, b"m-%d" % sent, on_delivery=on_delivery)
-            sent += 1
-        assert p.flush(30) == 0
+        s.send(100)
+        assert s.producer.flush(30) == 0
         cluster.kill(CRASHED)
         killed = time.monotonic()
         cluster.restart(CRASHED, wait=False)
         looked = 0.0
         while (since := time.monotonic() - killed) < SESSION_S - 2:
-            p.produce(topic, b"m-%d" % sent, on_delivery=on_delivery)
-            sent += 1
-            p.poll(0.01)
+            s.send()
+            s.producer.poll(0.01)
             if since > 1.0 and since - looked > 1.0:
                 looked = since
-                assert not any(p.usable(topic, q) for q in led), f"{since:.1f} s after the kill"
-                leaders = {v.partition: v.leader for v in cluster.describe(topic)}
-                assert all(leaders[q] == CRASHED for q in led), "fenced before its session ended"
-        wait_for(lambda: all(p.usable(topic, q) for q in led), 30, "the new leaders used")
+                assert not s.usable(led), f"{since:.1f} s after the kill"
+                assert s.led() == led, "fenced before its session ended"
+        wait_for(lambda: all(s.producer.usable(topic, q) for q in led), 30, "new leaders used")
         back_after = time.monotonic() - killed
-        assert p.flush(60) == 0
-        stats = p.statistics()
-    finally:
-        left = p.close()
-    assert left == []
-    assert (stats.delivered, stats.final_failures) == (sent, 0)
-    assert outcomes == [None] * sent
-    assert {m.value() for m in read_back(cluster.bootstrap_servers, topic, 6)} == {
-        b"m-%d" % i for i in range(sent)
-    }
+    except BaseException:
+        s.producer.close()
+        raise
+    s.all_delivered(6)
     print(f"partitions {sorted(led)} out until {back_after:.1f} s after the kill ({SESSION_S} s)")
