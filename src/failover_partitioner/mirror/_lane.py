@@ -250,6 +250,7 @@ class LaneControl:
         if producer.flush(LANE_RETRY_S) == 0:
             self._failures.handle()
             self.on = True
+            self._leaving = False  # told while off: nothing of the lane's to take back
             logger.info("every target topic is whole: the fast lane is on again")
 
     def settle(self) -> None:
