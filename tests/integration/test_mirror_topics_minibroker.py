@@ -12,6 +12,8 @@ clusters (issue 21), with real clients: the mirror's own AdminClients, consumer 
 4. Bad input: a target that refuses topic creation, and a target topic with fewer partitions
    than its source under --partitioning preserve: clear errors, nothing committed past what
    was delivered.
+5. A target leader that crashes (30 s before it is fenced): the fast lane takes back what it
+   had not sent, and the mirror delivers around it within seconds; nothing lost.
 """
 
 from __future__ import annotations
@@ -543,11 +545,10 @@ def test_a_crashed_target_leader_does_not_stall_the_fast_lane() -> None:
             produce(src, "events", range(12), 100, "during")
             wait_for(lambda: running.delivered() >= 2400, 60, "2400 deliveries during the crash")
             took = time.monotonic() - stopped
-            still = {s.partition for s in dst.describe("events") if s.leader == 2}
-            print(f"took {took:.2f} s, still led by 2: {still}")
             # The metadata still names broker 2: only the failed connection told.
-            assert still == led
-            assert took < 5, f"the mirror took {took:.1f} s to deliver around the crashed leader"
+            assert {s.partition for s in dst.describe("events") if s.leader == 2} == led
+            # 1.3 s here; the lane waiting its messages out would take message.timeout.ms (10 s)
+            assert took < 8, f"the mirror took {took:.1f} s to deliver around the crashed leader"
             dst.start_broker(2)
             status = running.stop()
         except BaseException:
