@@ -84,6 +84,14 @@ class RunningMirror:
         except BaseException as exc:  # the test thread reports it
             self.error = exc
 
+    def __enter__(self) -> RunningMirror:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        """Leaving on a failure: the mirror is told to stop (its thread is a daemon)."""
+        if exc_type is not None:
+            self.mirror.stop()
+
     def _status(self, status: MirrorStatus) -> None:
         self.latest = status
 
@@ -199,7 +207,7 @@ def test_new_topic_is_created_like_its_source_and_follows_config_and_partition_c
     running = RunningMirror(options(src, dst, "sync"), registry)
     dst_admin = AdminClient({"bootstrap.servers": dst.bootstrap_servers})
     src_admin = AdminClient({"bootstrap.servers": src.bootstrap_servers})
-    try:
+    with running:
         wait_for(lambda: "orders" in dst.topics(), 20, "the target topic")
         assert len(ends(dst, "orders")) == 6
         configs = topic_configs(dst_admin, "orders")
@@ -253,9 +261,6 @@ def test_new_topic_is_created_like_its_source_and_follows_config_and_partition_c
         assert 0 < latency < 60_000
         assert 0 < age < 60_000
         status = running.stop()
-    except BaseException:
-        running.mirror.stop()
-        raise
     assert status.failed == 0
     assert status.rerouted == 0
     assert dict(status.replication_latency_ms)["orders"] > 0
@@ -276,7 +281,7 @@ def test_preserve_mode_routes_around_stopped_target_brokers_and_returns_after() 
     with Cluster(brokers=3) as src, Cluster(brokers=5, config=FAST) as dst:
         src.create_topic("events", partitions=12, replication_factor=3)
         running = RunningMirror(options(src, dst, "fault", topic_replication_factor=3))
-        try:
+        with running:
             produce(src, "events", range(12), 100, "before")
             wait_for(lambda: running.delivered() >= 1200, 30, "1200 deliveries")
             down = {s.partition for s in dst.describe("events") if {4, 5} <= set(s.replicas)}
@@ -309,9 +314,6 @@ def test_preserve_mode_routes_around_stopped_target_brokers_and_returns_after() 
             produce(src, "events", range(12), 100, "after")
             wait_for(lambda: running.delivered() >= 3600, 60, "3600 deliveries")
             status = running.stop()
-        except BaseException:
-            running.mirror.stop()
-            raise
         assert status.failed == 0
         target = read_all(dst, "events")
 
@@ -460,7 +462,7 @@ def test_a_group_moved_with_translate_reads_the_rest_on_the_target_missing_nothi
     with Cluster(brokers=3) as src, Cluster(brokers=5, config=FAST) as dst:
         src.create_topic("orders", partitions=6, replication_factor=3)
         running = RunningMirror(options(src, dst, "mirror", topic_replication_factor=3))
-        try:
+        with running:
             produce(src, "orders", range(6), 50, "first")
             wait_for(lambda: running.delivered() >= 300, 30, "300 deliveries")
             down: set[int] = set()
@@ -483,9 +485,6 @@ def test_a_group_moved_with_translate_reads_the_rest_on_the_target_missing_nothi
             )
             time.sleep(1.5)  # a periodic commit writes the last offset syncs
             status = running.stop()
-        except BaseException:
-            running.mirror.stop()
-            raise
         if fault:
             assert status.rerouted >= 50 * len(down)
             dst.start_broker(4)
@@ -535,7 +534,7 @@ def test_a_crashed_target_leader_does_not_stall_the_fast_lane() -> None:
         running = RunningMirror(
             options(src, dst, "crash", topic_replication_factor=3, partitioning="preserve")
         )
-        try:
+        with running:
             produce(src, "events", range(12), 100, "before")
             wait_for(lambda: running.delivered() >= 1200, 30, "1200 deliveries")
             led = {s.partition for s in dst.describe("events") if s.leader == 2}
@@ -551,9 +550,6 @@ def test_a_crashed_target_leader_does_not_stall_the_fast_lane() -> None:
             assert took < 8, f"the mirror took {took:.1f} s to deliver around the crashed leader"
             dst.start_broker(2)
             status = running.stop()
-        except BaseException:
-            running.mirror.stop()
-            raise
         assert status.failed == 0
         target = read_all(dst, "events")
     values = {m.value() for messages in target.values() for m in messages}

@@ -213,12 +213,7 @@ class LaneControl:
         if self._leaving and lane is not None:
             self._leaving = False
             if self.on:
-                logger.info(
-                    "the fast lane could not reach a leader: its unsent messages go through "
-                    "the failover producer until all target topics are whole again"
-                )
-                self.on = False
-                self._retry_at = self._clock() + LANE_RETRY_S
+                self._turn_off("the fast lane could not reach a leader: its unsent messages go")
             lane.take_back()
 
     def retry(self) -> None:
@@ -231,14 +226,14 @@ class LaneControl:
         """``target`` needs routing around: the lane's messages settle first (so that a key's
         earlier messages land before its later ones take the failover producer), then every
         message takes the failover producer until all target topics are whole again."""
-        logger.info(
-            "target topic %r has a partition not usable: every message goes through the "
-            "failover producer until all target topics are whole again",
-            target,
-        )
+        self._turn_off(f"target topic {target!r} has a partition not usable: every message goes")
+        self.settle()
+
+    def _turn_off(self, why: str) -> None:
+        """No message takes the lane until every target topic is whole again (``_try_on``)."""
+        logger.info("%s through the failover producer until all target topics are whole again", why)
         self.on = False
         self._retry_at = self._clock() + LANE_RETRY_S
-        self.settle()
 
     def _try_on(self) -> None:
         """Back to the lane once every target topic is whole and the failover producer has
