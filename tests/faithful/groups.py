@@ -191,13 +191,17 @@ def sizes(member: Member) -> tuple[int, ...]:
 
 
 def in_order(*members: Member) -> bool | None:
-    """Each member's generations increase, and each member's first is the last of the one
-    before (``None``: the client does not tell its generation)."""
+    """Each member's generations increase, and each member's last is one of the next member's
+    (``None``: the client does not tell its generation). Not "the next one's first":
+    kafka-python's group leader, on a loaded machine, at times rejoins once generation 2 is
+    formed without being assigned in it, while the member that joined is (A 1 and 3, B 2, 3
+    and 4, 3 of 15 runs on Kafka beside two busy loops); they split in generation 3, which
+    Kafka allows."""
     seen = [g for g in (m.generations for m in members) if g is not None]
     if len(seen) < len(members):
         return None
     rising = all(list(g) == sorted(set(g)) for g in seen)
-    return rising and all(later[0] == earlier[-1] for earlier, later in itertools.pairwise(seen))
+    return rising and all(earlier[-1] in later for earlier, later in itertools.pairwise(seen))
 
 
 def after(first: Member, then: Member) -> bool | None:
