@@ -130,11 +130,10 @@ def test_consumer_group(backend: Backend, client: str) -> None:
     # KIP-345: a static member's replacement takes its partitions without a rebalance.
     assert outcome["static: the new S2 got S2's partitions"] is True
     assert outcome["static: assignment sizes seen by S1, S2, new S2"] == ((4, 2), (2,), (2,))
-    if client != "kafka-python":
-        # kafka-python's group leader at times rejoins by itself (1 of 8 runs on minibroker
-        # under load, cause not found), which Kafka allows: then S1 sees one generation more.
-        # The partitions staying put (above) is what KIP-345 promises.
-        assert outcome["static: generations of S1, S2, new S2 in one"] is told
+    # No generation after S2's: S1's last is one of S2's, S2's last one of the new S2's
+    # (kafka-python's leader may miss the generation S2 joined in and split in the next: S1 1
+    # and 3, S2 2 and 3; tests/faithful/groups.py, in_order).
+    assert outcome["static: generations of S1, S2, new S2 in one"] is told
 
 
 def test_idempotent_producer_across_a_leader_change(backend: Backend) -> None:
