@@ -136,6 +136,12 @@ class Delivering(Clients):
             self._attention_at = 0.0
             self._leave_whole()
 
+    def report_failure(self, topic: str, partition: int, err: confluent_kafka.KafkaError) -> None:
+        """Take a delivery failure that another client saw, to ``topic`` [``partition``], into
+        the health model as if it were the producer's own: the partition is quarantined, or the
+        metadata fetched again, as the error calls for. The message itself is the caller's."""
+        self._heed(topic, partition, classify(err.code(), err.name()))
+
     def _heed(self, topic: str, partition: int, ec: ErrorClass) -> None:
         """Do what the core makes of a failure's partition: watch the topic closely once it is
         quarantined (and leave the healthy path), look at the metadata again."""
@@ -151,15 +157,18 @@ class Delivering(Clients):
         self._leave_whole()
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
-        """A client's error_cb (see ``_heed_client_error``)."""
-        self._heed_client_error(err)
+        """A client's error_cb (see ``report_client_error``)."""
+        self.report_client_error(err)
         super()._on_client_error(err)
 
-    def _heed_client_error(self, err: confluent_kafka.KafkaError) -> bool:
-        """A client's error. A broker it could not connect to (crashed, or cut off) leads
-        partitions that take nothing until it is back or their leadership moves: the core
-        quarantines them, so that new messages go elsewhere rather than wait in the client's
-        queue with nothing failed to say so. True when that took partitions out of use."""
+    def report_client_error(self, err: confluent_kafka.KafkaError) -> bool:
+        """Take an error that a client of the cluster reported (its ``error_cb``: the
+        producer's own clients', or another's) into the health model. A broker it could not
+        connect to (crashed, or cut off) leads partitions that take nothing until it is back or
+        their leadership moves: the core quarantines them, so that new messages go elsewhere
+        rather than wait in a client's queue with nothing failed to say so
+        (docs/guarantees.md, "A leader the client cannot connect to"). True when that took
+        partitions out of use; other errors change nothing."""
         broker = None if self._closed else unreachable_broker(err)
         struck = [] if broker is None else self._core.unreachable(broker)
         if struck:

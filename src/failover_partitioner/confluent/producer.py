@@ -128,7 +128,7 @@ from failover_partitioner.confluent._shared import (
 from failover_partitioner.confluent._state import CallDepth
 from failover_partitioner.core import FailoverCore, ProducerStatistics
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
-from failover_partitioner.errors import ConfigError, MetadataUnavailable, ProducerClosed, classify
+from failover_partitioner.errors import ConfigError, MetadataUnavailable, ProducerClosed
 from failover_partitioner.health import TopicView
 from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource, admin_config
@@ -598,20 +598,6 @@ class FailoverProducer(Batching):
         leader, ISR at least min.insync.replicas, not quarantined); False for a partition the
         topic does not have, or a topic it has no metadata of yet (see :meth:`whole`)."""
         return self._core.usable(topic, partition)
-
-    def report_failure(self, topic: str, partition: int, err: confluent_kafka.KafkaError) -> None:
-        """Take a delivery failure that another client saw, to ``topic`` [``partition``], into
-        the health model as if it were the producer's own: the partition is quarantined, or the
-        metadata fetched again, as the error calls for. The message itself is the caller's."""
-        self._heed(topic, partition, classify(err.code(), err.name()))
-
-    def report_client_error(self, err: confluent_kafka.KafkaError) -> bool:
-        """Take an error that another client of the same cluster reported (its ``error_cb``)
-        into the health model as if the producer's own client had: a broker it could not
-        connect to has the partitions it leads quarantined (docs/guarantees.md, "A leader the
-        client cannot connect to"). True when that took partitions out of use; other errors
-        change nothing."""
-        return self._heed_client_error(err)
 
     def metadata_age_s(self, topic: str) -> float | None:
         """Seconds since ``topic``'s metadata was fetched, or None if it never was."""
