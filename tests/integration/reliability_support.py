@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
@@ -15,6 +15,7 @@ from tests.chaos_plan import FaultEvent
 __all__ = [
     "Record",
     "apply_fault",
+    "copies",
     "full_isr",
     "read_topic",
     "read_until",
@@ -37,6 +38,26 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what} {state()}")
         time.sleep(0.05)
+
+
+def copies(placed: Iterable[tuple[Hashable, int]]) -> tuple[int, int, int]:
+    """Extra copies among ``placed`` (what was written, by a value or a source position, and
+    the partition it is in): (copies in a partition other than the first's, copies in the same
+    partition, things with a copy in another partition).
+
+    The failover producers count each attempt that may have left a copy before they send the
+    message again (``ambiguous_failures``), which bounds the first figure. A copy in the same
+    partition can also come from the client itself: on real Kafka librdkafka sends a write
+    answered NOT_LEADER_OR_FOLLOWER (a leader moved while it held the write) again without
+    reporting it, and no count sees that (tests/kafka/test_kafka_min_isr.py shows it;
+    docs/guarantees.md, "A copy no error reports")."""
+    partitions: dict[Hashable, list[int]] = {}
+    for what, partition in placed:
+        partitions.setdefault(what, []).append(partition)
+    elsewhere = sum(len(set(ps)) - 1 for ps in partitions.values())
+    alongside = sum(len(ps) - len(set(ps)) for ps in partitions.values())
+    moved = sum(1 for ps in partitions.values() if len(set(ps)) > 1)
+    return elsewhere, alongside, moved
 
 
 def rss_bytes() -> int:

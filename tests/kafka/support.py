@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from failover_partitioner import FailoverProducer
+from tests.integration.reliability_support import copies as placed_copies
 from tests.integration.reliability_support import wait_for
 from tests.realkafka.cluster import KafkaCluster
 
@@ -143,21 +144,8 @@ def high_watermarks(
 
 
 def copies(records: list[Any]) -> tuple[int, int, int]:
-    """Extra copies among ``records`` by value: (copies in a partition other than the value's
-    first, copies in the same partition, values with a copy in another partition).
-
-    The failover producers count each attempt that may have left a copy before they send the
-    message again (``ambiguous_failures``), which bounds the first figure. A copy in the same
-    partition can also come from the client itself: librdkafka sends a write answered
-    NOT_LEADER_OR_FOLLOWER (a leader moved while it held the write) again without reporting
-    it, and no count sees that (test_kafka_min_isr.py shows it; docs/guarantees.md)."""
-    partitions: dict[bytes, list[int]] = {}
-    for m in records:
-        partitions.setdefault(m.value(), []).append(m.partition())
-    elsewhere = sum(len(set(ps)) - 1 for ps in partitions.values())
-    alongside = sum(len(ps) - len(set(ps)) for ps in partitions.values())
-    moved = sum(1 for ps in partitions.values() if len(set(ps)) > 1)
-    return elsewhere, alongside, moved
+    """Extra copies among consumed ``records`` by value (see reliability_support.copies)."""
+    return placed_copies((m.value(), m.partition()) for m in records)
 
 
 def read_back(

@@ -126,7 +126,7 @@ def run(
     target = read_until(dst.bootstrap_servers, TOPIC, high_watermarks(dst.bootstrap_servers, TOPIC))
 
     source_duplicates, mirror_duplicates = check_outcome(
-        seed, sync, aio, mirror, source, target, rebalances.lines
+        seed, sync, aio, mirror, source, target, rebalances.lines, client_resends=True
     )
     assert sync.stats is not None
     assert aio.stats is not None
