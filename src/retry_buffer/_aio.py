@@ -176,7 +176,12 @@ class AsyncRetryBuffer(Generic[T]):
         if finals:
             if self._waiters:
                 self._wake()
-            report_finals(finals, self._on_final_failure)
+            try:
+                report_finals(finals, self._on_final_failure)
+            except BaseException:
+                if entry is not None:  # not lost: the next take returns it
+                    core.untake(entry)
+                raise
         return entry
 
     def next_due_in(self) -> float | None:

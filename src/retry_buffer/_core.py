@@ -357,6 +357,18 @@ class Accounting(Generic[T]):
             return best
         return None
 
+    def untake(self, entry: Entry[T]) -> None:
+        """Undo the ``take_failed()`` that just returned ``entry``, before any attempt: it is
+        the oldest due entry again (its caller could not send it, a callback having raised on
+        the way)."""
+        if self._live.get(entry.seq) is not entry or entry._state != _SENT:
+            raise self._misuse(entry, "untake")
+        entry.attempts -= 1
+        entry._state = _QUEUED
+        self._retries -= 1
+        self._levels[min(entry.attempts, len(self._delays)) - 1].appendleft(entry)
+        self._failed_depth += 1
+
     def next_due_in(self) -> float | None:
         """Seconds until the next failed entry is due (0 if one is), ``None`` if none waits."""
         if not self._failed_depth:

@@ -23,7 +23,9 @@ def report_finals(
     """Call ``callback`` once per final failure; every one is called even if one raises.
 
     The first exception is re-raised after all have been called, so a failing callback is
-    seen by its caller and never makes another entry disappear.
+    seen by its caller and never makes another entry disappear. A KeyboardInterrupt or
+    SystemExit (a signal's handler) waits likewise: the entries are already out of the
+    buffer, and this is the only place they are reported.
     """
     if callback is None:
         for entry, error in finals:
@@ -40,7 +42,7 @@ def report_finals(
     for entry, error in finals:
         try:
             callback(entry, error)
-        except Exception as exc:
+        except BaseException as exc:
             if first is None:
                 first = exc
             else:

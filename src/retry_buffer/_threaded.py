@@ -227,7 +227,13 @@ class RetryBuffer(Generic[T]):
             if finals and core.waiting:
                 self._cond.notify_all()
         if finals:
-            report_finals(finals, self._on_final_failure)
+            try:
+                report_finals(finals, self._on_final_failure)
+            except BaseException:
+                if entry is not None:  # not lost: the next take returns it
+                    with self._lock:
+                        core.untake(entry)
+                raise
         return entry
 
     def next_due_in(self) -> float | None:
@@ -421,12 +427,12 @@ class Merger(Generic[T]):
             if core.closed:
                 raise BufferClosed("Merger.next(): the buffer is closed")
             entry = core.take_failed() if core._failed_depth else None
+            finals = core.pop_finals() if core._finals else None
             pending = self._pending
-            if entry is None and pending:
+            if entry is None and pending and not finals:  # (else after the finals' report)
                 entry = core.try_admit(pending[0])
                 if entry is not None:
                     pending.popleft()
-            finals = core.pop_finals() if core._finals else None
             if finals and core.waiting:
                 buf._cond.notify_all()
             pull_more = (
@@ -435,14 +441,20 @@ class Merger(Generic[T]):
         finally:
             lock.release()
         if finals:
-            report_finals(finals, buf._on_final_failure)
+            try:
+                report_finals(finals, buf._on_final_failure)
+            except BaseException:
+                if entry is not None:  # not lost: the next take returns it
+                    with lock:
+                        core.untake(entry)
+                raise
         if pull_more:
             self._pull()
-            if self._pending:
-                with lock:
-                    entry = core.try_admit(self._pending[0])
-                    if entry is not None:
-                        self._pending.popleft()
+        if entry is None and self._pending:
+            with lock:
+                entry = core.try_admit(self._pending[0])
+                if entry is not None:
+                    self._pending.popleft()
         return entry
 
     def _can_progress(self) -> bool:

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import Producer
 
 from failover_partitioner import FailoverProducer
+from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.testing import MockCluster
 from tests.integration.mock_support import mock_producer, mock_with_topic
 from tests.integration.reliability_support import wait_for
@@ -316,3 +317,81 @@ def test_a_users_statistics_callback_raising_from_c_surfaces_as_raised(
     finally:
         cb.armed = False
         p.close()
+
+
+NOT_ENOUGH_REPLICAS = 19
+
+
+def _waiting_past_deadline(mock: MockCluster, p: FailoverProducer, cb: Callable[..., None]) -> None:
+    """Two keyed messages, "a1" and "a2", refused once by their partition's leader and left
+    in the failed buffer past ``delivery_timeout_s`` (0.5 s) with nothing serving the producer
+    meanwhile: the next call that serves retries ends them."""
+    key = b"k"
+    leader = partition_for_key(key, PARTITIONS) % 3 + 1  # mock_with_topic's leaders
+    mock.push_broker_errors(leader, NOT_ENOUGH_REPLICAS, 2)
+    p.produce(TOPIC, b"a1", key, on_delivery=cb)
+    p.produce(TOPIC, b"a2", key, on_delivery=cb)
+    wait_for(
+        lambda: p.poll(0.01) >= 0 and p.statistics().failed_buffer_depth == 2,
+        5,
+        "both messages waiting in the failed buffer",
+    )
+    time.sleep(0.6)
+
+
+def test_a_callback_raising_in_produce_for_another_message_is_raised_by_the_next_flush(
+    mock: MockCluster,
+) -> None:
+    """produce() serves due retries first, and ends "a1" and "a2" there: their callback
+    raises. produce() raises only about its own message: it accepts "x", and the next flush()
+    raises the callback's exception; then every message has had its outcome once ("x"
+    delivered)."""
+    p = mock_producer(mock, ready=TOPIC, delivery_timeout_s=0.5, retry_backoff_s=0.1)
+    calls: list[tuple[bytes, Any]] = []
+
+    def cb(err: Any, msg: Any) -> None:
+        calls.append((msg.value(), err))
+        if err is not None:
+            raise RuntimeError(f"a callback bug for {msg.value()!r}")
+
+    _waiting_past_deadline(mock, p, cb)
+    p.produce(TOPIC, b"x", on_delivery=cb)  # accepted: raises nothing
+    with pytest.raises(RuntimeError, match="a1"):
+        p.flush(10)
+    assert p.flush(10) == 0
+    assert p.close() == []
+    assert sorted((v, e is None) for v, e in calls) == [
+        (b"a1", False),
+        (b"a2", False),
+        (b"x", True),
+    ]
+    stats = p.statistics()
+    assert (stats.produced, stats.delivered, stats.final_failures) == (3, 1, 2)
+
+
+def test_ctrl_c_in_one_final_failure_callback_skips_no_other(mock: MockCluster) -> None:
+    """KeyboardInterrupt from the callback of "a1", ended with "a2" in one step: "a2" still
+    gets its dead-letter call and its callback, then the KeyboardInterrupt comes."""
+    dead: list[bytes | str | None] = []
+    p = mock_producer(
+        mock,
+        ready=TOPIC,
+        delivery_timeout_s=0.5,
+        retry_backoff_s=0.1,
+        dead_letter=lambda m, err: dead.append(m.value),
+    )
+    calls: list[bytes] = []
+
+    def cb(err: Any, msg: Any) -> None:
+        calls.append(msg.value())
+        if err is not None and msg.value() == b"a1":
+            raise KeyboardInterrupt
+
+    _waiting_past_deadline(mock, p, cb)
+    with pytest.raises(KeyboardInterrupt):
+        p.flush(10)
+    assert sorted(calls) == [b"a1", b"a2"]
+    assert sorted(dead) == [b"a1", b"a2"]  # type: ignore[type-var]
+    assert p.flush(10) == 0
+    assert p.close() == []
+    assert p.statistics().final_failures == 2

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -189,6 +191,52 @@ def test_deadline_expires_while_waiting_in_the_failed_buffer() -> None:
     assert buf.take_failed() is None
     assert finals == [(1, "timeout")]
     assert buf.statistics().final_failures == 1
+
+
+@pytest.mark.parametrize("kind", ["buffer", "merger", "async"])
+@pytest.mark.parametrize("raised", [RuntimeError("a callback bug"), KeyboardInterrupt()])
+def test_a_raising_final_callback_loses_no_entry_taken_or_reported(
+    raised: BaseException, kind: str
+) -> None:
+    """take_failed() ends "a" and "a2" (past their deadline) on the way to "b" (due); the
+    callback raises for each: both are still reported, and "b" is not lost: the next take
+    returns it, its attempts counted once. The same through a Merger and an AsyncRetryBuffer."""
+    clock = FakeClock()
+    finals: list[str] = []
+
+    def on_final(entry: Entry[str], error: object) -> None:
+        finals.append(entry.item)
+        raise raised
+
+    policy = RetryPolicy(deadline_s=10.0, backoff_initial_s=1.0, backoff_max_s=1.0)
+    buf: RetryBuffer[str] | AsyncRetryBuffer[str]
+    if kind == "async":
+        buf = AsyncRetryBuffer(
+            max_in_flight=4, policy=policy, on_final_failure=on_final, clock=clock
+        )
+    else:
+        buf = RetryBuffer(max_in_flight=4, policy=policy, on_final_failure=on_final, clock=clock)
+    a, a2 = buf.try_admit("a"), buf.try_admit("a2")
+    assert a is not None
+    assert a2 is not None
+    take: Callable[[], Entry[str] | None] = buf.take_failed
+    if kind == "merger":
+        assert isinstance(buf, RetryBuffer)
+        take = functools.partial(Merger(buf, []).next, 0.0)
+    buf.failed(a, "x")
+    buf.failed(a2, "x")
+    clock.now = 9.5
+    b = buf.try_admit("b")
+    assert b is not None
+    buf.failed(b, "x")  # due at 10.5, before its deadline (19.5)
+    clock.now = 10.5  # "a" and "a2" past their deadline, "b" due
+    with pytest.raises(type(raised)):
+        take()
+    assert finals == ["a", "a2"]  # both reported although the first raised
+    assert take() is b
+    assert b.attempts == 2
+    assert buf.statistics().in_flight == 1
+    assert buf.statistics().final_failures == 2
 
 
 def test_backoff_doubles_per_attempt_up_to_the_maximum() -> None:

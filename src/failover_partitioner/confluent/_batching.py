@@ -55,7 +55,7 @@ class Batching(Producing):
         start = 0  # the first message of the part under way
         try:
             if self._attention:
-                self._service()
+                self._make_way()
             if on_delivery is not None and self._quiet is not None and not self._end_quiet():
                 # The quiet client's messages did not land in time: none of these was accepted.
                 late: list[tuple[int, BaseException]] = [

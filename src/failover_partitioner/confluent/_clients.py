@@ -136,6 +136,23 @@ class Clients(ProducerState):
             if held is not None:
                 held.release()
 
+    def _keep_raised(self, exc: Exception) -> None:
+        """Keep a callback's exception met while ``produce()`` made way, for the next
+        ``poll()``, ``flush()`` or ``close()`` to raise (``_raise_kept``); a second one
+        before then is logged."""
+        if self._kept_raised is None:
+            self._kept_raised = exc
+        else:
+            logger.error(
+                "a callback raised again before its first exception was raised", exc_info=exc
+            )
+
+    def _raise_kept(self) -> None:
+        exc = self._kept_raised
+        if exc is not None:
+            self._kept_raised = None
+            raise exc
+
     def _end_quiet(self) -> bool:
         """A first attempt with a callback comes: from now on every first attempt goes to the
         main client, which reports deliveries. The quiet client's messages are let end first
@@ -150,7 +167,10 @@ class Clients(ProducerState):
             while len(quiet):
                 if time.monotonic() >= deadline:
                     return False
-                self._poll_client(0.01)
+                try:
+                    self._poll_client(0.01)
+                except Exception as exc:  # another message's callback (see _keep_raised)
+                    self._keep_raised(exc)
         with self._whole_lock:
             if self._quiet is not None:
                 self._quiet = None

@@ -205,14 +205,16 @@ class Delivering(Clients):
         if entry.possibly_duplicated:
             rec._dup = True
         hook = self._dead_letter
-        if hook is not None:
-            try:
-                hook(rec.undelivered(), kerr)
-            except Exception:
-                logger.exception("dead_letter hook raised for a message to %s", rec._m[0])
         cb = rec._cb
-        if cb is not None:
-            cb(kerr, rec)
+        try:
+            if hook is not None:
+                try:
+                    hook(rec.undelivered(), kerr)
+                except Exception:
+                    logger.exception("dead_letter hook raised for a message to %s", rec._m[0])
+        finally:  # a KeyboardInterrupt in the hook skips not the callback
+            if cb is not None:
+                cb(kerr, rec)
         return cb is None and hook is None
 
     def _fail_left(self, left: list[Entry[_Record]]) -> None:

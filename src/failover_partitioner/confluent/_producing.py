@@ -144,9 +144,7 @@ class Producing(Routing):
         # the batch), within produce_timeout_s.
         deadline = time.monotonic() + self._produce_timeout_s
         while not self._in_callback() and time.monotonic() < deadline:
-            self._poll_client(0.005)
-            if self._attention:
-                self._service()
+            self._make_way(0.005)
             if self._lanes.get(topic, _OFF) is _OFF:
                 # Off the healthy path meanwhile (a failure came back and waits): the failover
                 # path places it, once the failed buffer and the client leave room for it.

@@ -76,7 +76,7 @@ class Routing(Delivering):
             self._send_rebuildable(topic, value, key, _ANY_PARTITION, on_delivery, None, headers)
             return
         if self._attention:
-            self._service()  # also raises ProducerClosed once closed
+            self._make_way()  # also raises ProducerClosed once closed
         if on_delivery is not None and self._quiet is not None and not self._end_quiet():
             raise self._timed_out(topic, value, key, headers, timestamp)
         if key is None and headers is None and timestamp is None and partition is None:
@@ -276,9 +276,7 @@ class Routing(Delivering):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._in_callback():
                 raise self._timed_out(topic, value, key, headers, timestamp)
-            self._poll_client(min(remaining, 0.05))
-            if self._attention:
-                self._service()
+            self._make_way(min(remaining, 0.05))
 
     def _timed_out(
         self,
@@ -393,6 +391,8 @@ class Routing(Delivering):
         while time.monotonic() < deadline:
             try:
                 self._poll_client(0.01)
+            except Exception as exc:  # another message's callback (see _keep_raised)
+                self._keep_raised(exc)
             except _SIGNALLED:
                 if rec._entry is not None:
                     self._wait(rec, full)  # a retry keeps its place; a first attempt
@@ -412,6 +412,23 @@ class Routing(Delivering):
             return True
         return False
 
+    def _make_way(self, timeout: float | None = None) -> None:
+        """What ``produce()`` and ``produce_batch()`` do for room or before a message: serve
+        the clients' callbacks for up to ``timeout`` seconds (None: not at all) and the due
+        retries. A callback that raises here raised for another message, whose outcome it
+        had: the exception is kept for the next ``poll()``, ``flush()`` or ``close()`` to
+        raise (``_raise_kept``), so that ``produce()`` raises only about its own message and
+        goes on to accept it."""
+        try:
+            if timeout is not None:
+                self._poll_client(timeout)
+            if self._attention:
+                self._service()
+        except ProducerClosed:
+            raise
+        except Exception as exc:
+            self._keep_raised(exc)
+
     def _service(self) -> None:
         """Produce due failed messages again and release due quarantines."""
         if self._closed:
@@ -421,11 +438,17 @@ class Routing(Delivering):
             return
         self._attention = False
         core = self._core
-        tick = core.tick()
-        for topic, fast in tick.fast.items():
-            self._meta.set_fast(topic, fast)
-        for entry in core.due():
-            self._dispatch(entry.item)
+        try:
+            tick = core.tick()
+            for topic, fast in tick.fast.items():
+                self._meta.set_fast(topic, fast)
+            for entry in core.due():
+                self._dispatch(entry.item)
+        except BaseException:
+            # A callback raised (a message's final failure on the way): what is left is due
+            # at the next look.
+            self._attention, self._attention_at = True, 0.0
+            raise
         next_at = core.next_at(tick)
         if next_at is not None and self._buffer.failed_depth:
             self._attention_at = next_at

@@ -111,6 +111,9 @@ class ProducerState:
     _undelivered: list[UndeliveredMessage] | None
     _attention: bool
     _attention_at: float
+    # A callback's exception met while produce() made way (Routing._make_way), for the next
+    # poll(), flush() or close() to raise.
+    _kept_raised: Exception | None
     # The services (FailoverProducer._start_services).
     _source: ConfluentMetadataSource
     _meta: MetadataRefresher

@@ -342,6 +342,7 @@ class FailoverProducer(Batching):
         # looks at the clock and services it. A plain flag keeps the idle produce path cheap.
         self._attention = False
         self._attention_at = 0.0
+        self._kept_raised = None
 
     def _start_services(self, conf: Mapping[str, Any], opts: ProducerOptions) -> None:
         """The metadata thread and the metrics exporter."""
@@ -382,7 +383,9 @@ class FailoverProducer(Batching):
         serves nothing and returns 0: the reports it would have served are served by the
         next call after that (or by any waiting ``poll``/``flush``).
         """
-        if timeout == 0 and not (self._attention or self._closed or self._local.depth):
+        if timeout == 0 and not (
+            self._attention or self._closed or self._local.depth or self._kept_raised
+        ):
             # Nothing due and no wait: the call many applications make after each produce().
             # Serving the clients costs a raw client's poll per client, about 1 us in all;
             # made at most every POLL_GAP_S, it costs well under 1 % of the time whatever
@@ -397,6 +400,7 @@ class FailoverProducer(Batching):
         if self._closed:
             raise ProducerClosed("poll() after close()")
         timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        self._raise_kept()
         deadline = time.monotonic() + timeout
         served = 0
         while True:
@@ -422,6 +426,7 @@ class FailoverProducer(Batching):
             raise ProducerClosed("flush() after close()")
         if timeout is not None:
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        self._raise_kept()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._attention:
@@ -464,6 +469,7 @@ class FailoverProducer(Batching):
         self._check_not_in_callback("close")
         if timeout is not None:  # refused before anything is closed
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        kept, self._kept_raised = self._kept_raised, None  # raised once closed
         client = self._client
         try:
             left_in_client = True
@@ -507,6 +513,8 @@ class FailoverProducer(Batching):
                 )
             elif left and not hand_back:
                 self._fail_left(left)
+        if kept is not None:
+            raise kept
         return list(undelivered)
 
     @staticmethod
