@@ -32,7 +32,8 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   client's one config-level callback, with one by a client callback made once per user
   callback, ``_report_for``, which also makes the callback's report when a delivery's comes;
   a record per message held until delivery would keep Python's cyclic garbage collector
-  busy). A message with a ``str`` value or key keeps a record, to be given back as it came.
+  busy). A message with a callback and a ``str`` value or key keeps a record, to be given
+  back as it came (without a callback, ``close()`` gives them back as UTF-8 bytes).
   The first failure, quarantine, metadata change or message
   that must wait takes every topic off this path (``_leave_whole``); ``_service`` puts the
   topics back once nothing waits (``_reopen_whole``). A topic some of whose partitions are
