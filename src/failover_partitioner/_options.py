@@ -295,6 +295,13 @@ def _id_header(message_id_header: object) -> str | None:
         raise ConfigError(
             f"message_id_header must be a non-empty header name or None, got {message_id_header!r}"
         )
+    try:
+        message_id_header.encode()  # a header name goes out as UTF-8
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"message_id_header {message_id_header!r} cannot be encoded as UTF-8, as a Kafka "
+            "header name must be"
+        ) from None
     return message_id_header
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -441,3 +442,86 @@ def test_metrics_count_what_happened(healthy: Cluster) -> None:
     asyncio.run(run())
     # Stopped producers leave the registry.
     assert registry.get_sample_value("failover_produced_total", {"producer": "aio-metrics"}) is None
+
+
+def test_stop_while_start_runs_waits_for_it_then_stops(healthy: Cluster) -> None:
+    """A second start() meanwhile is refused; stop() waits for the start, then stops it all:
+    nothing keeps running that no call could stop."""
+
+    async def run() -> None:
+        ap = AsyncFailoverProducer(bootstrap_servers=healthy.bootstrap_servers)
+        starting = asyncio.create_task(ap.start())
+        await asyncio.sleep(0)  # start() is connecting
+        assert "starting" in repr(ap)
+        with pytest.raises(FailoverError, match="already"):
+            await ap.start()
+        assert await ap.stop() == []
+        await starting
+        assert "stopped" in repr(ap)
+        with pytest.raises(ProducerClosed):
+            await ap.send("misuse", b"x")
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    asyncio.run(run())
+
+
+def test_a_start_that_fails_after_connecting_stops_what_it_started(healthy: Cluster) -> None:
+    """start() fails at its last step (the metrics exporter's port is taken): the client, its
+    connections and the background tasks are stopped before the error goes on, and the
+    producer is stopped."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        async def run() -> None:
+            ap = AsyncFailoverProducer(
+                bootstrap_servers=healthy.bootstrap_servers,
+                metrics_port=port,
+                metrics_addr="127.0.0.1",
+            )
+            with pytest.raises(OSError, match="in use"):
+                await ap.start()
+            assert asyncio.all_tasks() == {asyncio.current_task()}
+            assert "stopped" in repr(ap)
+            assert await ap.stop() == []
+            with pytest.raises(FailoverError, match="create a new one"):
+                await ap.start()
+            with pytest.raises(ProducerClosed):
+                await ap.send("misuse", b"x")
+
+        asyncio.run(run())
+
+
+def test_a_stop_cancelled_inside_an_async_with_block_leaves_its_list_to_the_dead_letter_hook(
+    outage: Cluster,
+) -> None:
+    """The block calls stop() itself, and is cancelled while it flushes (a first Ctrl-C): its
+    caller gone, nobody can take that stop's list; the block's end (stop(hand_back=False),
+    joining it) gives each message to the dead-letter hook, once."""
+    dead: list[tuple[bytes, type[BaseException]]] = []
+    futures: list[asyncio.Future[Any]] = []
+    ap = AsyncFailoverProducer(
+        bootstrap_servers=outage.bootstrap_servers,
+        dead_letter=lambda m, exc: dead.append((m.value, type(exc))),
+    )
+
+    async def body() -> None:
+        async with ap:
+            futures.extend([await ap.send("o", b"%d" % i) for i in range(3)])
+            await ap.stop(1.0)
+
+    async def run() -> None:
+        task = asyncio.create_task(body())
+        await wait_for(lambda: "stopping" in repr(ap), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await ap.stop() == []  # given to the hook: nothing is left to hand back
+
+    asyncio.run(run())
+    assert sorted(dead) == [(b"%d" % i, ProducerClosed) for i in range(3)]
+    assert ap.statistics().returned_on_close == 3
+    for f in futures:
+        with pytest.raises(ProducerClosed):
+            f.result()

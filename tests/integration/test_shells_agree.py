@@ -46,6 +46,7 @@ class Case:
     value: Any = b"v"
     key: Any = None
     headers: Any = None
+    timestamp: Any = None
     refused: type[BaseException] | None = None  # None: accepted and delivered
 
 
@@ -63,6 +64,12 @@ CASES = [
     Case("value of a wrong type", value=5.0, refused=TypeError),
     Case("headers of a wrong type", headers=5, refused=TypeError),
     Case("a header name not a str", headers=[(b"h", b"1")], refused=TypeError),
+    Case("a header name not UTF-8", headers=[("h\ud800", b"1")], refused=ValueError),
+    Case("a timestamp", timestamp=1_700_000_000_000),
+    Case("a timestamp of 2**63 - 1", timestamp=2**63 - 1),
+    Case("a negative timestamp", timestamp=-5, refused=ValueError),
+    Case("a timestamp past 64 bits", timestamp=2**63, refused=ValueError),
+    Case("a timestamp not an int", timestamp=1.5, refused=TypeError),
 ]
 
 
@@ -85,6 +92,7 @@ def confluent_shell(cluster: Cluster, case: Case) -> BaseException | None:
                 case.key,
                 case.headers,
                 on_delivery=lambda err, report: outcomes.append(err),
+                timestamp=case.timestamp,
             )
         except Exception as exc:
             assert len(p) == 0, "a refused message stays counted"
@@ -100,7 +108,9 @@ async def asyncio_shell(cluster: Cluster, case: Case) -> BaseException | None:
     async with AsyncFailoverProducer(bootstrap_servers=cluster.bootstrap_servers) as ap:
         await ap.refresh(TOPIC)
         try:
-            future = await ap.send(case.topic, case.value, case.key, headers=case.headers)
+            future = await ap.send(
+                case.topic, case.value, case.key, headers=case.headers, timestamp_ms=case.timestamp
+            )
         except Exception as exc:
             assert ap.statistics().in_flight == 0, "a refused message stays counted"
             return exc

@@ -16,19 +16,28 @@ answers (``shut_at_once``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from failover_partitioner._config import check_positive_number
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.aio._lanes import Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher
 from failover_partitioner.errors import ProducerClosed
+from failover_partitioner.metrics import ProducerMetrics
 from retry_buffer import AsyncRetryBuffer
 
-__all__ = ["close_buffer", "shut_at_once", "wind_down"]
+__all__ = ["AsyncDeadLetterHook", "Stopping", "close_buffer", "shut_at_once", "wind_down"]
 
 logger = logging.getLogger(__name__)
+
+AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
+"""``hook(message, exc)``: called once, on the loop, for each message that failed finally."""
+
+# The producer's states.
+_NEW, _STARTING, _RUNNING, _CLOSING, _CLOSED = range(5)
 
 
 async def wind_down(
@@ -91,3 +100,138 @@ def close_buffer(buffer: AsyncRetryBuffer[Message]) -> list[UndeliveredMessage]:
             msg.future.set_exception(ProducerClosed("stop() handed this message back undelivered"))
             msg.future.exception()  # the returned list is its outcome: no "never retrieved"
     return undelivered
+
+
+class Stopping:
+    """AsyncFailoverProducer's ``stop()``: the wind-down above, and what becomes of the
+    messages it leaves (handed back, or given to the dead-letter hook)."""
+
+    _state: int
+    _name: str
+    _loop: asyncio.AbstractEventLoop | None
+    _inner: Any
+    _buffer: AsyncRetryBuffer[Message]
+    _lanes: Lanes | None
+    _meta: AioMetadataRefresher | None
+    _metrics: ProducerMetrics | None
+    _first_fetch: dict[str, asyncio.Task[None]]
+    _retry_task: asyncio.Task[None] | None
+    _started: asyncio.Event
+    _undelivered: list[UndeliveredMessage] | None
+    _handed_back: bool
+    _stopping: asyncio.Task[list[UndeliveredMessage]] | None
+    _dead_letter: AsyncDeadLetterHook | None
+
+    async def stop(
+        self, timeout: float | None = 30.0, *, hand_back: bool = True
+    ) -> list[UndeliveredMessage]:
+        """Flush for up to ``timeout`` seconds, stop, and return every undelivered message.
+
+        Their futures raise :class:`ProducerClosed`; the returned list is their outcome.
+        ``possibly_delivered`` marks messages that may have been written anyway (still in
+        flight at stop, or an ambiguous failure). Calling ``stop`` again returns the same list.
+
+        ``hand_back=False`` (what leaving an ``async with`` block does, where nobody could
+        take the list): the ``dead_letter`` hook gets each of them, with the
+        :class:`ProducerClosed` of its future, as for a final failure, and the list is empty.
+        It does so too with a list no earlier ``stop()`` handed to its caller (one cancelled
+        while it waited), once.
+
+        Called while ``start()`` runs, it waits for it, then stops.
+        """
+        if timeout is not None:
+            timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        if self._state == _STARTING:
+            await self._started.wait()
+        if self._undelivered is None:
+            if self._state == _NEW:
+                self._state = _CLOSED
+                self._undelivered = []
+                return []
+            if self._stopping is None:
+                self._state = _CLOSING
+                assert self._loop is not None
+                self._stopping = self._loop.create_task(self._stop(timeout, hand_back))
+            # Shielded: if the caller is cancelled, stopping still finishes and nothing is lost
+            # silently (the list is kept for the next stop() and logged).
+            await asyncio.shield(self._stopping)
+        return self._hand_over(hand_back)
+
+    def _hand_over(self, hand_back: bool) -> list[UndeliveredMessage]:
+        """stop()'s answer to its caller, once stopped: the list; with ``hand_back=False``, an
+        empty one, the dead-letter hook having had the list if no caller took it before."""
+        assert self._undelivered is not None
+        if hand_back:
+            self._handed_back = True
+            return list(self._undelivered)
+        if self._undelivered and not self._handed_back:
+            # The stop() that made the list was cancelled before it could return it.
+            undelivered, self._undelivered = self._undelivered, []
+            self._let_go(undelivered)
+        return []
+
+    async def close(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
+        """Same as :meth:`stop`."""
+        return await self.stop(timeout)
+
+    async def _stop(self, timeout: float | None, hand_back: bool) -> list[UndeliveredMessage]:
+        assert self._lanes is not None
+        retry_task = () if self._retry_task is None else (self._retry_task,)
+        try:
+            await wind_down(
+                buffer=self._buffer,
+                lanes=self._lanes,
+                tasks=itertools.chain(self._first_fetch.values(), retry_task),
+                meta=self._meta,
+                inner=self._inner,
+                name=self._name,
+                timeout=timeout,
+            )
+        except BaseException:
+            # Interrupted (this task cancelled: a second Ctrl-C ends asyncio.run): what is left
+            # is handed back or given to the hook, and logged, first; then the clients are
+            # shut and the interruption goes on. A later stop() returns the list.
+            self._closed(close_buffer(self._buffer), hand_back)
+            await shut_at_once(self._meta, self._inner, self._name)
+            raise
+        return self._closed(close_buffer(self._buffer), hand_back)
+
+    def _closed(
+        self, undelivered: list[UndeliveredMessage], hand_back: bool
+    ) -> list[UndeliveredMessage]:
+        if self._metrics is not None:
+            self._metrics.close()
+        self._state = _CLOSED
+        if undelivered and not hand_back:
+            self._let_go(undelivered)
+            undelivered = []
+        elif undelivered:
+            logger.warning(
+                "%s stopped with %d undelivered message(s), returned by stop()",
+                self._name,
+                len(undelivered),
+            )
+        self._undelivered = undelivered
+        return undelivered
+
+    def _let_go(self, undelivered: list[UndeliveredMessage]) -> None:
+        """``stop(hand_back=False)``: each message to the dead-letter hook, if there is one."""
+        logger.warning(
+            "%s stopped with %d undelivered message(s), given to the dead_letter hook (%s)",
+            self._name,
+            len(undelivered),
+            "set" if self._dead_letter is not None else "none set; their futures raise",
+        )
+        closed = ProducerClosed(f"{self._name} stopped before this message was delivered")
+        for message in undelivered:
+            self._to_dead_letter(message, closed)
+
+    def _to_dead_letter(self, message: UndeliveredMessage, exc: BaseException) -> None:
+        """The dead-letter hook, if there is one, gets ``message``; if it raises, that is
+        logged and the producer goes on."""
+        hook = self._dead_letter
+        if hook is not None:
+            try:
+                hook(message, exc)
+            except Exception:
+                logger.exception("dead_letter hook raised for a message to %s", message.topic)

@@ -57,9 +57,26 @@ from failover_partitioner.aio._inflow import admit_waiting
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
-from failover_partitioner.aio._stopping import close_buffer, shut_at_once, wind_down
+from failover_partitioner.aio._stopping import (
+    _CLOSED,
+    _CLOSING,
+    _NEW,
+    _RUNNING,
+    _STARTING,
+    AsyncDeadLetterHook,
+    Stopping,
+    close_buffer,
+    shut_at_once,
+)
 from failover_partitioner.aio._wake import Wakeup
-from failover_partitioner.core import NO_TOPIC, FailoverCore, ProducerStatistics, check_topic
+from failover_partitioner.core import (
+    NO_TOPIC,
+    FailoverCore,
+    ProducerStatistics,
+    check_header_name,
+    check_timestamp,
+    check_topic,
+)
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
 from failover_partitioner.errors import (
     FailoverError,
@@ -74,12 +91,8 @@ __all__ = ["AsyncDeadLetterHook", "AsyncFailoverProducer"]
 
 logger = logging.getLogger(__name__)
 
-AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
-"""``hook(message, exc)``: called once, on the loop, for each message that failed finally."""
-
 HeadersIn = Mapping[str, bytes | str | None] | list[tuple[str, bytes | str | None]] | None
 
-_NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
 _names = itertools.count(1)
 
 
@@ -113,7 +126,9 @@ def _normalise_headers(headers: object, topic: str) -> Headers:
             raise TypeError(
                 f"headers for topic {topic!r} must be (str, bytes) pairs; got the item {h!r}"
             )
-        out.append((h[0], _as_bytes("header value", topic, h[1])))
+        name = h[0]
+        check_header_name(name, topic)  # aiokafka encodes it when the batch is built: late
+        out.append((name, _as_bytes("header value", topic, h[1])))
     return out
 
 
@@ -144,12 +159,8 @@ def _checked_message(
     hlist = None if headers is None else _normalise_headers(headers, topic)
     if hlist is None and id_header:
         hlist = []
-    if timestamp_ms is not None and (
-        isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)
-    ):
-        raise TypeError(
-            f"timestamp_ms must be an int of epoch milliseconds or None, got {timestamp_ms!r}"
-        )
+    if timestamp_ms is not None:
+        check_timestamp(timestamp_ms, "timestamp_ms")
     if hlist is None and (
         (0 if kbytes is None else len(kbytes)) + (0 if vbytes is None else len(vbytes))
         <= settings.max_request_size - _RECORD_OVERHEAD_BOUND
@@ -164,7 +175,7 @@ def _checked_message(
     return Message(topic, vbytes, kbytes, hlist, timestamp_ms, future)
 
 
-class AsyncFailoverProducer:
+class AsyncFailoverProducer(Stopping):
     """An asyncio Kafka producer that keeps producing, losing nothing, while partitions are
     under min ISR.
 
@@ -225,17 +236,33 @@ class AsyncFailoverProducer:
         self._first_fetch: dict[str, asyncio.Task[None]] = {}
         self._retry_task: asyncio.Task[None] | None = None
         self._retry_wake = Wakeup()
+        self._started = asyncio.Event()  # set when start() has ended, started or undone
         self._undelivered: list[UndeliveredMessage] | None = None
+        self._handed_back = False  # a stop() caller took the list
         self._stopping: asyncio.Task[list[UndeliveredMessage]] | None = None
 
     # -- life cycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect to the cluster and start the background tasks."""
+        """Connect to the cluster and start the background tasks.
+
+        A ``stop()`` meanwhile waits for it, then stops. If it fails (or is cancelled), what
+        it started is stopped again before its error goes on, and the producer is stopped.
+        """
         if self._state != _NEW:
             raise FailoverError(
                 "start() was already called on this AsyncFailoverProducer; create a new one"
             )
+        self._state = _STARTING  # before the first await: a second start() is refused
+        try:
+            await self._start()
+        except BaseException:
+            await self._undo_start()
+            raise
+        finally:
+            self._started.set()
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         inner, first_answer = await start_inner_producer(self._settings.client_kwargs, self._name)
         self._loop = loop
@@ -262,6 +289,20 @@ class AsyncFailoverProducer:
         )
         self._state = _RUNNING
 
+    async def _undo_start(self) -> None:
+        """After a failed start(): the tasks and clients it started, stopped again. Nothing was
+        accepted yet; the producer is stopped, with nothing to hand back."""
+        self._state = _CLOSED
+        self._undelivered = []
+        close_buffer(self._buffer)
+        if self._metrics is not None:
+            self._metrics.close()
+        if self._retry_task is not None:
+            self._retry_task.cancel()
+            await asyncio.gather(self._retry_task, return_exceptions=True)
+        if self._inner is not None:
+            await shut_at_once(self._meta, self._inner, self._name)
+
     async def __aenter__(self) -> AsyncFailoverProducer:
         await self.start()
         return self
@@ -270,7 +311,7 @@ class AsyncFailoverProducer:
         await self.stop(hand_back=False)  # nobody takes the list: the dead-letter hook does
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
-        if getattr(self, "_state", _CLOSED) in (_RUNNING, _CLOSING):
+        if getattr(self, "_state", _CLOSED) in (_STARTING, _RUNNING, _CLOSING):
             _warn(
                 f"unclosed AsyncFailoverProducer {self._name!r}: call await stop() so that "
                 "undelivered messages are handed back",
@@ -327,7 +368,7 @@ class AsyncFailoverProducer:
         if self._message_id_header is not None:
             assert msg.headers is not None  # made a list in _checked_message
             msg.headers.append((self._message_id_header, b"%s-%d" % (self._id_prefix, msg.seq)))
-        self._dispatch(msg)
+        self._dispatch_or_end(msg)
         return msg.future
 
     async def send_and_wait(
@@ -352,6 +393,8 @@ class AsyncFailoverProducer:
                 f"send to {topic!r} before start(): use `async with AsyncFailoverProducer(...)` "
                 "or await start() first"
             )
+        if self._state == _STARTING:
+            return FailoverError(f"send to {topic!r} while start() runs: await it first")
         return ProducerClosed(f"send to {topic!r} after stop()")
 
     def _dispatch(self, msg: Message) -> None:
@@ -373,11 +416,27 @@ class AsyncFailoverProducer:
             elif core.hold(msg, topic, p):
                 self._retry_wake.set()
             return
+        assert self._lanes is not None
+        self._lanes.append(topic, p, msg)  # (first: if it raises, no attempt is counted)
         core.sent(msg.partition, p)
         msg.partition = p
         msg.tries += 1
-        assert self._lanes is not None
-        self._lanes.append(topic, p, msg)
+
+    def _dispatch_or_end(self, msg: Message) -> None:
+        """:meth:`_dispatch`; if it raises, ``msg`` ends with that error as its final outcome,
+        logged, and the caller goes on (the retry task, a done-callback, send).
+
+        Messages are checked before they are accepted, so this is a bug's net (one message
+        that aiokafka cannot encode); without it, the message would stay counted in flight
+        with its future never resolved, and the retry task would die, sending nothing again.
+        """
+        try:
+            self._dispatch(msg)
+        except Exception as exc:
+            logger.exception(
+                "%s: a message to %s could not be sent and fails finally", self._name, msg.topic
+            )
+            self._core.end(msg, exc)
 
     def _batch_failed(self, batch: Batch, exc: BaseException) -> None:
         ec = error_class(exc)
@@ -392,7 +451,7 @@ class AsyncFailoverProducer:
             for m in self._lanes.withdraw(lane.topic, lane.partition):
                 m.partition = -1  # never sent there: no attempt, no reroute
                 m.tries -= 1
-                self._dispatch(m)
+                self._dispatch_or_end(m)
         if heed.refresh:
             if meta is not None:
                 meta.request_refresh(lane.topic)
@@ -474,7 +533,7 @@ class AsyncFailoverProducer:
         if self._buffer.closed:
             return 1.0
         for entry in core.due():
-            self._dispatch(entry.item)
+            self._dispatch_or_end(entry.item)
         now = time.monotonic()
         next_at = core.next_at(tick)
         return 1.0 if next_at is None else max(0.0, min(next_at - now, 1.0))
@@ -488,105 +547,10 @@ class AsyncFailoverProducer:
         """
         if timeout is not None:
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
-        if self._state in (_NEW, _CLOSED):
+        if self._state in (_NEW, _STARTING, _CLOSED):
             return 0
         await self._buffer.wait_idle(timeout)
         return self._buffer.in_flight
-
-    async def stop(
-        self, timeout: float | None = 30.0, *, hand_back: bool = True
-    ) -> list[UndeliveredMessage]:
-        """Flush for up to ``timeout`` seconds, stop, and return every undelivered message.
-
-        Their futures raise :class:`ProducerClosed`; the returned list is their outcome.
-        ``possibly_delivered`` marks messages that may have been written anyway (still in
-        flight at stop, or an ambiguous failure). Calling ``stop`` again returns the same list.
-
-        ``hand_back=False`` (what leaving an ``async with`` block does, where nobody could
-        take the list): the ``dead_letter`` hook gets each of them, with the
-        :class:`ProducerClosed` of its future, as for a final failure, and the list is empty.
-        """
-        if timeout is not None:
-            timeout = check_positive_number("timeout", timeout, allow_zero=True)
-        if self._undelivered is not None:
-            return list(self._undelivered)
-        if self._state == _NEW:
-            self._state = _CLOSED
-            self._undelivered = []
-            return []
-        if self._stopping is None:
-            self._state = _CLOSING
-            assert self._loop is not None
-            self._stopping = self._loop.create_task(self._stop(timeout, hand_back))
-        # Shielded: if the caller is cancelled, stopping still finishes and nothing is lost
-        # silently (the list is kept for the next stop() and logged).
-        return list(await asyncio.shield(self._stopping))
-
-    async def close(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
-        """Same as :meth:`stop`."""
-        return await self.stop(timeout)
-
-    async def _stop(self, timeout: float | None, hand_back: bool) -> list[UndeliveredMessage]:
-        assert self._lanes is not None
-        retry_task = () if self._retry_task is None else (self._retry_task,)
-        try:
-            await wind_down(
-                buffer=self._buffer,
-                lanes=self._lanes,
-                tasks=itertools.chain(self._first_fetch.values(), retry_task),
-                meta=self._meta,
-                inner=self._inner,
-                name=self._name,
-                timeout=timeout,
-            )
-        except BaseException:
-            # Interrupted (this task cancelled: a second Ctrl-C ends asyncio.run): what is left
-            # is handed back or given to the hook, and logged, first; then the clients are
-            # shut and the interruption goes on. A later stop() returns the list.
-            self._closed(close_buffer(self._buffer), hand_back)
-            await shut_at_once(self._meta, self._inner, self._name)
-            raise
-        return self._closed(close_buffer(self._buffer), hand_back)
-
-    def _closed(
-        self, undelivered: list[UndeliveredMessage], hand_back: bool
-    ) -> list[UndeliveredMessage]:
-        if self._metrics is not None:
-            self._metrics.close()
-        self._state = _CLOSED
-        if undelivered and not hand_back:
-            logger.warning(
-                "%s stopped with %d undelivered message(s), given to the dead_letter hook (%s)",
-                self._name,
-                len(undelivered),
-                "set" if self._dead_letter is not None else "none set; their futures raise",
-            )
-            self._dead_letter_all(undelivered)
-            undelivered = []
-        elif undelivered:
-            logger.warning(
-                "%s stopped with %d undelivered message(s), returned by stop()",
-                self._name,
-                len(undelivered),
-            )
-        self._undelivered = undelivered
-        return undelivered
-
-    def _dead_letter_all(self, undelivered: list[UndeliveredMessage]) -> None:
-        """``stop(hand_back=False)``: each message to the dead-letter hook, if there is one."""
-        closed = ProducerClosed(f"{self._name} stopped before this message was delivered")
-        for message in undelivered:
-            self._to_dead_letter(message, closed)
-
-    def _to_dead_letter(self, message: UndeliveredMessage, exc: BaseException) -> None:
-        """The dead-letter hook, if there is one, gets ``message``; if it raises, that is
-        logged and the producer goes on."""
-        hook = self._dead_letter
-        if hook is not None:
-            try:
-                hook(message, exc)
-            except Exception:
-                logger.exception("dead_letter hook raised for a message to %s", message.topic)
 
     def __len__(self) -> int:
         """Messages without a final outcome (in flight, including those waiting to retry)."""
@@ -600,6 +564,7 @@ class AsyncFailoverProducer:
         Raises :class:`MetadataUnavailable` for a topic the producer has no metadata for yet
         (``await refresh(topic)`` fetches it).
         """
+        check_topic(topic)
         state = self._core.topics.get(topic)
         if state is None:
             raise MetadataUnavailable(
@@ -609,6 +574,7 @@ class AsyncFailoverProducer:
 
     async def refresh(self, topic: str, timeout: float | None = None) -> TopicView:
         """Fetch ``topic``'s metadata now, watch it from now on, and return its health."""
+        check_topic(topic)  # before the cluster is asked: send() trusts a topic it knows
         if self._state != _RUNNING or self._meta is None:
             raise self._not_running(topic)
         t = self._metadata_timeout_s if timeout is None else timeout
@@ -642,7 +608,7 @@ class AsyncFailoverProducer:
         return metrics_snapshot(self.statistics(), self._core.topics, self.metadata_age_s)
 
     def __repr__(self) -> str:
-        state = ("new", "running", "stopping", "stopped")[self._state]
+        state = ("new", "starting", "running", "stopping", "stopped")[self._state]
         return (
             f"AsyncFailoverProducer(name={self._name!r}, {state}, "
             f"in_flight={self._buffer.in_flight})"

@@ -34,7 +34,7 @@ from failover_partitioner.confluent._shared import (
     _rebuildable,
     _Record,
 )
-from failover_partitioner.core import NO_TOPIC, check_topic
+from failover_partitioner.core import NO_TOPIC, check_timestamp, check_topic
 from failover_partitioner.errors import (
     REFUSED_RIGHTS,
     ProducerClosed,
@@ -87,6 +87,8 @@ class Routing(Delivering):
             if chooser is not None:
                 self._produce_bare(chooser, topic, value, on_delivery)
                 return
+        if timestamp is not None:
+            check_timestamp(timestamp)
         if not self._buffer.has_room():
             self._wait_for_room(topic, value, key, headers, timestamp)
         if key is not None and type(key) is not bytes:

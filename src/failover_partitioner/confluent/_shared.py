@@ -33,6 +33,7 @@ from failover_partitioner._message import (
     Headers,
     UndeliveredMessage,
 )
+from failover_partitioner.core import check_header_name
 from failover_partitioner.errors import NoUsablePartition
 
 if TYPE_CHECKING:
@@ -359,15 +360,19 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
     if headers is None:
         return None
     if isinstance(headers, Mapping):
-        return [(str(k), v) for k, v in headers.items()]
+        out = [(str(k), v) for k, v in headers.items()]
+        for name, _ in out:
+            check_header_name(name, topic)
+        return out
     if isinstance(headers, (list, tuple)):
-        out: Headers = []
+        out = []
         for h in headers:
             if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)):
                 raise TypeError(
                     f"headers for topic {topic!r} must be a dict or a list of (str, value) "
                     f"pairs; got the item {h!r}"
                 )
+            check_header_name(h[0], topic)
             out.append(h)
         return out
     raise TypeError(
@@ -376,16 +381,20 @@ def _normalise_headers(headers: object, topic: str) -> Headers | None:
     )
 
 
-def _check_header_names(headers: list[tuple[str, Any]], topic: str) -> None:
-    """Refuse a header list whose names are not all str: the client checks values but writes
-    any name as str(name) (a bytes name becomes "b'...'"), so such a name is refused here, as
-    the checked path does."""
+def _check_header_names(headers: object, topic: str) -> None:
+    """Refuse headers whose names are not all str, or not UTF-8 text: the client checks values
+    but writes any name as str(name) (a bytes name becomes "b'...'"), and crashes on a lone
+    surrogate, so such a name is refused here, as the checked path does. A list of ASCII names
+    (the usual case) costs one pass."""
+    if type(headers) is not list:
+        _normalise_headers(headers, topic)  # a dict (or a bad type): checked whole
+        return
     try:
         for name, _ in headers:
-            if type(name) is not str:
+            if type(name) is not str or not name.isascii():
                 raise TypeError
     except (TypeError, ValueError):
-        _normalise_headers(headers, topic)  # raises, naming the pair
+        _normalise_headers(headers, topic)  # raises, naming the pair (passes UTF-8 names)
 
 
 def _refusal_text(exc: confluent_kafka.KafkaException) -> str:

@@ -22,7 +22,13 @@ from failover_partitioner.core.engine import (
     Tick,
 )
 from failover_partitioner.core.statistics import ProducerStatistics
-from failover_partitioner.core.topic import TopicState, check_topic, legal_topic_name
+from failover_partitioner.core.topic import (
+    TopicState,
+    check_header_name,
+    check_timestamp,
+    check_topic,
+    legal_topic_name,
+)
 
 __all__ = [
     "CLIENT_PARTITIONER",
@@ -38,6 +44,8 @@ __all__ = [
     "ProducerStatistics",
     "Tick",
     "TopicState",
+    "check_header_name",
+    "check_timestamp",
     "check_topic",
     "legal_topic_name",
 ]

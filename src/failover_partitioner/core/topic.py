@@ -49,6 +49,36 @@ def check_topic(topic: object) -> None:
         )
 
 
+def check_timestamp(timestamp: object, name: str = "timestamp") -> None:
+    """Refuse a message timestamp Kafka cannot store: it is epoch milliseconds from 0 up to
+    2**63 - 1 (a record batch holds 64 bits, and the Java client refuses a negative one).
+    Both producers check one given, before the message is accepted."""
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+        raise TypeError(f"{name} must be an int of epoch milliseconds or None, got {timestamp!r}")
+    if not 0 <= timestamp < _TIMESTAMP_END:
+        raise ValueError(
+            f"{name} must be epoch milliseconds from 0 to 2**63 - 1, as Kafka accepts, got "
+            f"{timestamp!r}; the message was not accepted"
+        )
+
+
+_TIMESTAMP_END = 2**63
+
+
+def check_header_name(name: str, topic: str) -> None:
+    """Refuse a header name that is not UTF-8 text (a lone surrogate): aiokafka would fail as
+    it builds the batch, after the message was accepted, and confluent-kafka 2.16 crashes the
+    process on one (a segmentation fault). Both producers check a name that is not ASCII."""
+    if not name.isascii():
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"the header name {name!r} for topic {topic!r} cannot be encoded as UTF-8; "
+                "the message was not accepted"
+            ) from None
+
+
 class TopicState:
     """One topic: its latest metadata, quarantine and chooser. ``lock`` guards rebuilds."""
 
