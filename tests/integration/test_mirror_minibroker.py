@@ -476,3 +476,42 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def test_a_group_offset_past_the_log_end_is_committed_down_and_nothing_is_skipped(
+    tmp_path: Path,
+) -> None:
+    """The group stores 100 for a log of 10 (truncated, recreated, reset by an operator): the
+    consumer reads from 0, and the mirror must commit 10, not leave 100 standing, or the next
+    run skips whatever is written at offsets 10..99."""
+    with Cluster(brokers=1) as src, Cluster(brokers=1) as dst:
+        src.create_topic("events", partitions=1, replication_factor=1)
+        producer = Producer({"bootstrap.servers": src.bootstrap_servers, "acks": "all"})
+        for i in range(10):
+            producer.produce("events", b"first-%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        setter = Consumer({"bootstrap.servers": src.bootstrap_servers, "group.id": "stale"})
+        try:
+            setter.commit(offsets=[TopicPartition("events", 0, 100)], asynchronous=False)
+        finally:
+            setter.close()
+
+        args = mirror_args(src, dst, "stale", tmp_path)
+        first = MirrorProcess(args, tmp_path / "first.log")
+        first.wait_status(lambda s: s["delivered"] >= 10, 60, "10 deliveries")
+        wait_for(
+            lambda: committed(src.bootstrap_servers, "stale", "events", 1) == {0: 10},
+            15,
+            "the group's offset to come down from 100 to 10",
+        )
+        assert first.terminate() == 0, first.log_tail()
+
+        for i in range(20):
+            producer.produce("events", b"second-%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        second = MirrorProcess(args, tmp_path / "second.log")
+        finish(second, src, "events", "stale")
+        values = {m.value() for m in read_target(dst, "events")}
+        assert values == {b"first-%d" % i for i in range(10)} | {
+            b"second-%d" % i for i in range(20)
+        }

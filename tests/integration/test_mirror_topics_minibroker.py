@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from failover_partitioner.mirror import (
     HEADER_SOURCE,
     Mirror,
+    MirrorConfigError,
     MirrorOptions,
     MirrorStatus,
     TopicSyncError,
@@ -569,3 +570,49 @@ def test_a_crashed_target_leader_does_not_stall_the_fast_lane() -> None:
         f"led by broker 2 {sorted(led)}; delivered around it in {took:.2f} s; "
         f"partitions with messages placed away {sorted(away)}; rerouted {status.rerouted}"
     )
+
+
+def test_one_cluster_never_mirrors_what_the_rename_could_have_written() -> None:
+    """Source and target one cluster, --rename 'copy.{topic}': copy.* is the mirror's output,
+    whether written by an earlier run or by this one for a source topic deleted since; none of
+    it is copied again (to copy.copy.*)."""
+    with Cluster(brokers=1) as cluster:
+        cluster.create_topic("orders", partitions=1, replication_factor=1)
+        cluster.create_topic("copy.earlier", partitions=1, replication_factor=1)
+        produce(cluster, "orders", range(1), 5, "o")
+        produce(cluster, "copy.earlier", range(1), 5, "e")
+        opts = options(cluster, cluster, "self-copy", rename="copy.{topic}")
+        with RunningMirror(opts) as running:
+            wait_for(lambda: running.delivered() >= 5, 60, "orders copied")
+            cluster.delete_topic("orders")
+            time.sleep(3)  # several topic refreshes (every 0.5 s)
+            running.stop()
+        assert "copy.orders" in cluster.topics()
+        assert not [t for t in cluster.topics() if t.startswith("copy.copy.")], cluster.topics()
+
+
+def test_one_cluster_named_by_two_bootstrap_lists_is_told_by_its_cluster_id() -> None:
+    """All brokers as the source, one of them as the target, names kept: the same cluster,
+    which the mirror would copy onto itself forever. Refused at start, naming the cluster id."""
+    with Cluster(brokers=2) as cluster:
+        cluster.create_topic("t", partitions=1, replication_factor=2)
+        produce(cluster, "t", range(1), 5, "t")
+        first = cluster.bootstrap_servers.split(",")[0]
+        assert first != cluster.bootstrap_servers
+        opts = MirrorOptions(
+            source_bootstrap=cluster.bootstrap_servers,
+            target_bootstrap=first,
+            group_id="alias",
+            consumer_config=CONSUMER,
+            status_interval_s=0.2,
+        )
+        running = RunningMirror(opts)
+        running.thread.join(30)
+        if running.thread.is_alive():
+            running.mirror.stop()
+            running.thread.join(30)
+            pytest.fail("the mirror started copying the cluster onto itself")
+        assert isinstance(running.error, MirrorConfigError), running.error
+        assert "same cluster" in str(running.error)
+        assert "cluster id" in str(running.error)
+        assert sum(ends(cluster, "t").values()) == 5

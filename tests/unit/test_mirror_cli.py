@@ -47,6 +47,22 @@ def test_documented_names_exist() -> None:
             ["--source", "s:1", "--target", "t:1", "--group", "g", "--rename", "x.{name}"],
             r"must contain \{topic\}",
         ),
+        (
+            ["--source", "s:1", "--target", "t:1", "--group", "g", "--rename", "{topic:.6}"],
+            r"--rename '\{topic:\.6\}': write \{topic\} without a format spec or conversion",
+        ),
+        (
+            ["--source", "s:1", "--target", "t:1", "--group", "g", "--rename", "c.{topic!s}"],
+            r"without a format spec or conversion",
+        ),
+        (
+            ["--source", "s:1", "--target", "t:1", "--group", "g", "--commit-interval", "0"],
+            r"--commit-interval must be a positive number of seconds, not 0\.0",
+        ),
+        (
+            ["--source", "s:1", "--target", "t:1", "--group", "g", "--config-sync-interval=-5"],
+            r"--config-sync-interval must be a positive number of seconds, not -5\.0",
+        ),
     ],
 )
 def test_bad_flags_exit_2_naming_the_value(
@@ -74,7 +90,33 @@ def test_properties_files_feed_the_options(
 def test_missing_properties_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--consumer.config", str(tmp_path / "absent.properties"), "--target", "t:1"]
     assert main(argv) == 2
-    assert "cannot read properties file" in capsys.readouterr().err
+    assert "cannot read --consumer.config properties file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [[], ["translate"]])
+def test_a_properties_file_that_is_not_utf8_is_refused_naming_flag_and_line(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # java.util.Properties files are ISO-8859-1; the mirror reads UTF-8 only (docs/mirror.md).
+    latin1 = tmp_path / "producer.properties"
+    latin1.write_bytes(b"client.id=x\n# caf\xe9\n")
+    argv = [*command, "--source", "s:1", "--target", "t:1", "--group", "g"]
+    assert main([*argv, "--producer.config", str(latin1)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("failover-mirror")
+    assert "error: --producer.config properties file" in err
+    assert "is not UTF-8 text (line 2 has byte 0xe9)" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_metrics_port_out_of_range_exits_2_naming_the_flag(
+    port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--source", "s:1", "--target", "t:1", "--group", "g", "--metrics-port", port])
+    assert exit_info.value.code == 2
+    assert "error: argument --metrics-port:" in capsys.readouterr().err
 
 
 def test_help_lists_the_mirrormaker_flags(capsys: pytest.CaptureFixture[str]) -> None:

@@ -123,14 +123,20 @@ def test_withdrawn_message_is_where_the_commit_stops() -> None:
         tracker.withdraw(11)
 
 
-def test_an_older_commit_confirmed_late_does_not_move_back() -> None:
+def test_a_stored_offset_past_the_log_end_is_committed_down_to_what_was_read() -> None:
+    # The group stores 100 but the log ends at 10 (truncated, recreated, reset): the consumer
+    # reads from 0, and the commits must store that, or the next run skips 10..99.
     tracker = PartitionTracker("t", 0)
-    tracker.handed(0)
-    tracker.finished(0)
-    tracker.committed(1)
-    tracker.committed(0)
-    assert tracker.committed_offset == 1
-    assert tracker.to_commit() is None
+    tracker.committed(100)
+    assert tracker.to_commit() is None  # nothing handed yet
+    for offset in range(3):
+        tracker.handed(offset)
+        tracker.finished(offset)
+    assert tracker.to_commit() == 3
+    tracker.committed(3)
+    assert tracker.committed_offset == 3
+    assert tracker.uncommitted == 0
+    assert tracker.to_commit() is None  # stored already: not committed again
 
 
 def test_ledger_counts_abandoned_messages_until_they_come_back() -> None:

@@ -141,7 +141,7 @@ def _opts(**kw: object) -> MirrorOptions:
         ({"rename": "a/{topic}"}, "yields illegal topic names such as 'a/t'"),
         ({"max_in_flight": 0}, "--max-in-flight must be a positive integer, not 0"),
         ({"dead_letter_topic": "bad topic"}, "'bad topic' is not a legal Kafka topic name"),
-        ({"commit_interval_s": 0}, "commit_interval_s must be a positive number"),
+        ({"commit_interval_s": 0}, "--commit-interval must be a positive number"),
         ({"status_interval_s": -1}, "--status-interval must be >= 0"),
         (
             {"target_bootstrap": "src:9092"},
@@ -177,3 +177,20 @@ def test_rename_template() -> None:
     long = TopicRouter(rename="a-very-long-prefix.{topic}")
     with pytest.raises(MirrorConfigError, match="not a legal Kafka topic name"):
         long.target("x" * 240)
+
+
+@pytest.mark.parametrize(
+    ("rename", "written", "not_written"),
+    [
+        ("copy.{topic}", ["copy.orders", "copy.copy.x"], ["orders", "copy.", "copyorders"]),
+        ("{topic}.bak", ["orders.bak"], ["orders", "bak", ".bak"]),
+        ("{topic}-{topic}", ["a-a", "a-b-a-b"], ["a-b", "a-"]),
+    ],
+)
+def test_the_rename_tells_which_names_the_mirror_could_have_written(
+    rename: str, written: list[str], not_written: list[str]
+) -> None:
+    # On one cluster those are never mirrored again (docs/mirror.md).
+    router = TopicRouter(rename=rename)
+    assert [t for t in written if not router.could_write(t)] == []
+    assert [t for t in not_written if router.could_write(t)] == []

@@ -249,6 +249,8 @@ class FakeProducer:
         fail: Callable[[Produced], KafkaError | None] = lambda m: None,
         hold: Callable[[Produced], bool] = lambda m: False,
         attempts: Callable[[Produced], int] = lambda m: 1,
+        served_by_close: Callable[[Produced], bool] = lambda m: False,
+        refuse: Callable[[str, Any], Exception | None] = lambda topic, value: None,
     ) -> None:
         self.clock = clock
         self.guard = guard
@@ -257,6 +259,11 @@ class FakeProducer:
         self.fail = fail
         self.hold = hold
         self.attempts = attempts
+        # Messages whose reports close() serves (its last flush), as the failover producer's
+        # does; close() returns the others undelivered.
+        self.served_by_close = served_by_close
+        # What produce() raises for a (topic, value) instead of taking the message, if anything.
+        self.refuse = refuse
         self.pending: list[Produced] = []
         self.target: list[Produced] = []
         self.max_pending = 0
@@ -274,6 +281,9 @@ class FakeProducer:
     ) -> None:
         self.guard.check("produce")
         assert not self.closed
+        refused = self.refuse(topic, value)
+        if refused is not None:
+            raise refused
         self.pending.append(
             Produced(topic, value, key, as_written(headers), timestamp, on_delivery)
         )
@@ -283,6 +293,14 @@ class FakeProducer:
         self.guard.check("poll")
         ready = [m for m in self.pending if not self.hold(m) and self.rng.random() < self.share]
         self.rng.shuffle(ready)
+        self._serve(ready)
+        if not ready:
+            self.clock.sleep(timeout)
+        if self.after_poll is not None:
+            self.after_poll()
+        return len(ready)
+
+    def _serve(self, ready: list[Produced]) -> None:
         for m in ready:
             self.pending.remove(m)
             err = self.fail(m)
@@ -295,13 +313,10 @@ class FakeProducer:
                 m.callback(err, report)
             finally:
                 self.guard.in_callback = False
-        if not ready:
-            self.clock.sleep(timeout)
-        if self.after_poll is not None:
-            self.after_poll()
-        return len(ready)
 
     def close(self, timeout: float | None = 30.0) -> list[Produced]:
+        self.guard.check("close")
+        self._serve([m for m in self.pending if self.served_by_close(m)])
         self.closed = True
         left, self.pending = self.pending, []
         return left
@@ -825,6 +840,93 @@ def test_second_stop_hands_back_what_is_not_delivered() -> None:
     final = mirror.run(on_status=on_status)
     assert source.committed[("t", 0)] == 30
     assert final.in_flight == 1
+
+
+def offset_of(m: Produced) -> int:
+    """The source offset of a copy of FakeSource's messages (its value ends with it)."""
+    assert isinstance(m.value, bytes)
+    return int(m.value.rsplit(b"/", 1)[1])
+
+
+@pytest.mark.parametrize("dead_letter_topic", [None, "t.dlq"])
+def test_a_failure_reported_while_the_producer_closes_is_not_committed_past(
+    dead_letter_topic: str | None,
+) -> None:
+    # Nothing is delivered by the drain timeout; close() serves the reports of offsets 0..3
+    # (3 failing finally) and hands 4..9 back. The commit stops at 3: without a dead-letter
+    # topic the run fails naming it; with one, too late to set it aside, it is handed back
+    # like 4..9 and the next run mirrors it again.
+    source = FakeSource()
+    source.add_topic("t", 1, 10)
+    rig = Rig(source)
+    mirror = rig.mirror(
+        producer_kw={
+            "hold": lambda m: True,
+            "served_by_close": lambda m: offset_of(m) <= 3,
+            "fail": too_large(3, partition=0),
+        },
+        dead_letter_topic=dead_letter_topic,
+        drain_timeout_s=1.0,
+    )
+
+    def on_status(status: MirrorStatus) -> None:
+        if len(rig.producers[0].pending) == 10:
+            mirror.stop()
+
+    if dead_letter_topic is None:
+        with pytest.raises(MessageFailedError) as info:
+            mirror.run(on_status=on_status)
+        assert (info.value.partition, info.value.offset) == (0, 3)
+        assert "committed offset 3 for t[0]" in str(info.value)
+        assert mirror.status().state == "failed"
+    else:
+        final = mirror.run(on_status=on_status)
+        assert (final.state, final.failed, final.dead_lettered) == ("stopped", 0, 0)
+    assert source.committed[("t", 0)] == 3
+    assert [offset_of(m) for m in rig.target()] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("path", ["producer", "lane"])
+def test_a_refusal_after_waiting_for_room_goes_to_the_dead_letter_topic(path: str) -> None:
+    # t/0/5 finds the producer full, then is refused outright when tried again (too large):
+    # on the hot path, or when sent again after the lane failed it. It is dead-lettered as a
+    # refusal at the first attempt would be, and the mirror goes on.
+    source = FakeSource()
+    source.add_topic("t", 1, 10)
+    rig = Rig(source)
+    tries = 0
+
+    def refuse(topic: str, value: Any) -> Exception | None:
+        nonlocal tries
+        if topic != "t" or value != b"t/0/5":
+            return None
+        tries += 1
+        if tries == 1:
+            return BufferError("Local: Queue full")
+        return KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large"))
+
+    lane_kw = None
+    if path == "lane":
+        refused = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, "Broker: Not enough in-sync replicas")
+        lane_kw = {"fail": lambda m: refused if m.value == b"t/0/5" else None}
+    mirror = rig.mirror(
+        producer_kw={"refuse": refuse},
+        lane_kw=lane_kw,
+        dead_letter_topic="t.dlq",
+        drain_timeout_s=30.0,
+    )
+    start = rig.clock.now
+    final = run_until(mirror, all_delivered(10))
+    assert tries == 2
+    assert (final.state, final.delivered, final.dead_lettered, final.in_flight) == (
+        "stopped",
+        9,
+        1,
+        0,
+    )
+    assert [m.value for m in rig.target() if m.topic == "t.dlq"] == [b"t/0/5"]
+    assert source.committed[("t", 0)] == 10
+    assert rig.clock.now - start < 30.0  # no drain waiting for an outcome that never comes
 
 
 def test_messages_are_never_handed_from_inside_a_delivery_callback() -> None:

@@ -139,7 +139,7 @@ def test_cli_flags_reach_the_options() -> None:
         ("partitioning", "sticky", "--partitioning must be one of auto, preserve, key"),
         ("topic_replication_factor", 0, "--topic-replication-factor must be a positive"),
         ("config_exclude", ("(",), "--config-exclude '(' is not a valid regular expression"),
-        ("config_sync_interval_s", 0, "config_sync_interval_s must be a positive number"),
+        ("config_sync_interval_s", 0, "--config-sync-interval must be a positive number"),
     ],
 )
 def test_bad_topic_options_are_refused_naming_the_value(

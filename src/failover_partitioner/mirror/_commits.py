@@ -29,7 +29,8 @@ class PartitionProgress:
     topic: str
     partition: int
     committed_offset: int | None
-    """The last offset committed by this process (the next message to read after a restart)."""
+    """The offset the group stores, as last read or committed by this process (the next
+    message to read after a restart)."""
     committable_offset: int | None
     """What a commit now would store: the first offset not finally delivered."""
     in_flight: int
@@ -285,16 +286,21 @@ class PartitionTracker:
         return self._next
 
     def to_commit(self) -> int | None:
-        """The offset to commit, or None when it would not move past the last commit."""
+        """The offset to commit, or None when the group stores it already.
+
+        A lower offset than the stored one is committed too: the group's offset may be past
+        the log's end (the log truncated, the topic recreated, an operator's reset), the
+        consumer then reads from where ``auto.offset.reset`` puts it, and a commit that did not
+        store that position would have the next run skip what lies in between. Kafka's own
+        consumer and MirrorMaker 2 commit the position they read from, lower or not."""
         offset = self.committable
-        if offset is None or (self._committed is not None and offset <= self._committed):
+        if offset is None or offset == self._committed:
             return None
         return offset
 
     def committed(self, offset: int) -> None:
-        """Record a successful commit of ``offset``."""
-        if self._committed is not None and offset < self._committed:
-            return  # an older commit confirmed late; the newer one stands
+        """Record that the group stores ``offset``: read when the partition was assigned, or
+        committed since (commits are synchronous, so the last answer is the stored one)."""
         self._committed = offset
         delivered = self._delivered
         while delivered and delivered[0].end <= offset:

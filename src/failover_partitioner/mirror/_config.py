@@ -104,13 +104,29 @@ def _unescape(raw: str, source: str, lineno: int) -> str:
     return "".join(out)
 
 
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Read a Java-style properties file (``--consumer.config``/``--producer.config``)."""
+def load_properties(path: str | Path, *, flag: str | None = None) -> dict[str, str]:
+    """Read a Java-style properties file (``--consumer.config``/``--producer.config``; errors
+    name ``flag``).
+
+    The file must be UTF-8. Java's ``Properties.load`` reads ISO-8859-1, so a file written for
+    Kafka's tools may not be: it is refused, naming the line, rather than read either way, since
+    ISO-8859-1 would turn a UTF-8 value (a password, say) into other characters silently.
+    ``\\uXXXX`` escapes work in both."""
     p = Path(path)
+    what = f"{flag + ' ' if flag else ''}properties file {str(p)!r}"
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except OSError as exc:
-        raise MirrorConfigError(f"cannot read properties file {str(p)!r}: {exc.strerror}") from exc
+        raise MirrorConfigError(f"cannot read {what}: {exc.strerror}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise MirrorConfigError(
+            f"{what} is not UTF-8 text (line {line} has byte 0x{data[exc.start]:02x}): save it "
+            "as UTF-8 (e.g. iconv -f ISO-8859-1 -t UTF-8), or write such characters as "
+            "\\uXXXX escapes"
+        ) from exc
     return parse_properties(text, source=str(p))
 
 
@@ -123,7 +139,7 @@ class TopicRouter:
     field, ``{topic}``: ``"{topic}"`` keeps names, ``"src.{topic}"`` prefixes them.
     """
 
-    __slots__ = ("_cache", "_exclude", "_include", "_never", "rename")
+    __slots__ = ("_cache", "_exclude", "_include", "_never", "_written", "rename")
 
     def __init__(
         self,
@@ -137,6 +153,7 @@ class TopicRouter:
         self._exclude = _compile("exclude", exclude) if exclude is not None else None
         _check_template(rename)
         self.rename = rename
+        self._written = _written_pattern(rename)
         self._never = never
         self._cache: dict[str, str] = {}
 
@@ -150,6 +167,16 @@ class TopicRouter:
         if not self._include.fullmatch(topic):
             return False
         return self._exclude is None or not self._exclude.fullmatch(topic)
+
+    @property
+    def keeps_names(self) -> bool:
+        return self.rename.format(topic="t") == "t"
+
+    def could_write(self, topic: str) -> bool:
+        """Whether ``rename`` makes ``topic`` out of some source topic's name: on one cluster,
+        the mirror's output (whether or not its source is still there), never mirrored again,
+        as MirrorMaker 2 never mirrors a remote topic back."""
+        return self._written.fullmatch(topic) is not None
 
     def target(self, topic: str) -> str:
         """The target topic for a source topic."""
@@ -177,14 +204,23 @@ def _compile(flag: str, pattern: str) -> re.Pattern[str]:
 
 def _check_template(template: str) -> None:
     try:
-        fields = [name for _, name, spec, conv in string.Formatter().parse(template) if name]
-        bad = [name for name in fields if name != "topic"]
+        fields = [
+            (name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name
+        ]
     except ValueError as exc:
         raise MirrorConfigError(f"--rename {template!r} is not a valid template: {exc}") from exc
+    bad = [name for name, _, _ in fields if name != "topic"]
     if bad or not fields:
         raise MirrorConfigError(
             f"--rename {template!r} must contain {{topic}} and no other field "
             f"(found {sorted(set(bad)) or 'no field'}); e.g. '{{topic}}' or 'src.{{topic}}'"
+        )
+    # A format spec or conversion could give two source topics one name ('{topic:.6}' cuts
+    # 'orders.eu' and 'orders.us' to 'orders'): their messages would merge in one target topic.
+    if any(spec or conv for _, spec, conv in fields):
+        raise MirrorConfigError(
+            f"--rename {template!r}: write {{topic}} without a format spec or conversion (one "
+            "such as ':.6' could give two source topics the same target topic)"
         )
     try:
         sample = template.format(topic="t")
@@ -194,6 +230,29 @@ def _check_template(template: str) -> None:
         raise MirrorConfigError(
             f"--rename {template!r} yields illegal topic names such as {sample!r}; "
             "use only letters, digits, '.', '_' and '-' around {topic}"
+        )
+
+
+def _written_pattern(template: str) -> re.Pattern[str]:
+    """The names ``template`` (checked) makes: ``{topic}`` stands for any name, the same one
+    each time it appears."""
+    parts, field = [], "(?P<topic>.+)"
+    for literal, name, _, _ in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if name:
+            parts.append(field)
+            field = "(?P=topic)"
+    return re.compile("".join(parts))
+
+
+def refuse_copy_onto_itself(router: TopicRouter, why: str) -> None:
+    """Source and target are one cluster (``why`` says how that is known): a rename that keeps
+    names would have the mirror read its own output forever."""
+    if router.keeps_names:
+        raise MirrorConfigError(
+            "source and target are the same cluster and --rename keeps topic names, so the "
+            f"mirror would read its own output forever ({why}); pass e.g. --rename "
+            "'copy.{topic}'"
         )
 
 
@@ -309,13 +368,11 @@ class MirrorOptions:
 
     def _check_names(self) -> None:
         """Topic selection and naming, and the choices given by name."""
-        if self.source_servers == self.target_servers and self.rename.format(topic="t") == "t":
-            raise MirrorConfigError(
-                "source and target are the same cluster and --rename keeps topic names, so the "
-                "mirror would read its own output forever; pass e.g. --rename 'copy.{topic}'"
-            )
         # Validates the patterns and the template.
-        self.router()
+        router = self.router()
+        if self.source_servers == self.target_servers:
+            # Told before connecting; two lists naming one cluster are told at start (Targets).
+            refuse_copy_onto_itself(router, "the same bootstrap servers")
         if self.dead_letter_topic is not None and not legal_topic_name(self.dead_letter_topic):
             raise MirrorConfigError(
                 f"--dead-letter-topic {self.dead_letter_topic!r} is not a legal Kafka topic name"
@@ -361,15 +418,15 @@ class MirrorOptions:
         """Counts and intervals."""
         _positive_int("--max-in-flight", self.max_in_flight)
         _positive_int("poll_batch", self.poll_batch)
-        for name in (
-            "commit_interval_s",
-            "drain_timeout_s",
-            "topic_refresh_interval_s",
-            "config_sync_interval_s",
+        for name, flag in (
+            ("commit_interval_s", "--commit-interval"),
+            ("drain_timeout_s", "--drain-timeout"),
+            ("topic_refresh_interval_s", "--topic-refresh-interval"),
+            ("config_sync_interval_s", "--config-sync-interval"),
         ):
             value = getattr(self, name)
             if not value > 0:
-                raise MirrorConfigError(f"{name} must be a positive number of seconds, not {value}")
+                raise MirrorConfigError(f"{flag} must be a positive number of seconds, not {value}")
         if not self.status_interval_s >= 0:
             raise MirrorConfigError(
                 f"--status-interval must be >= 0 seconds (0 turns it off), "

@@ -135,8 +135,13 @@ class Failures:
                 )
             )
 
-    def handle(self) -> None:
-        """Act on queued failures, outside any delivery callback."""
+    def handle(self, *, producer_closed: bool = False) -> None:
+        """Act on queued failures, outside any delivery callback.
+
+        ``producer_closed``: the failures were reported while the producer closed, too late
+        for the dead-letter topic. Such a message is handed back instead (not committed; the
+        next run mirrors it again and sets it aside if it fails again); without a dead-letter
+        topic it fails the run as during it."""
         dead_letter = self._options.dead_letter_topic
         while self.queue:
             failure = self.queue.popleft()
@@ -146,11 +151,14 @@ class Failures:
                 # Revoked meanwhile: not committed here, the partition's new owner retries it.
                 span.delivered()  # counted as an abandoned message back
                 continue
-            if dead_letter is not None and not failure.dead_letter_attempt:
-                self._send_to_dead_letter(dead_letter, failure)
-                continue
             offset = failure.source.offset()
             assert offset is not None
+            if dead_letter is not None and not failure.dead_letter_attempt:
+                if producer_closed:
+                    tracker.handed_back(span, [offset])
+                else:
+                    self._send_to_dead_letter(dead_letter, failure)
+                continue
             tracker.failed_in(span, offset)
             span.delivered()  # its outcome: failed, so the span stops commits there
             topic = tracker.topic

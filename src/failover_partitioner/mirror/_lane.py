@@ -36,7 +36,6 @@ from failover_partitioner.errors import ProduceTimeout, classify
 
 from ._clients import (
     Clients,
-    DeliveryCallback,
     LaneProducer,
     build,
     describe,
@@ -55,11 +54,10 @@ logger = logging.getLogger(__name__)
 
 LaneFailure = tuple[Span, KafkaError, Message]
 
-# Send a message the producer had no room for once it has (target, message, headers,
-# callback, timestamp type, timestamp, preferred partition or -1); False: the mirror stops first.
-WhenRoom = Callable[
-    [str, Message, "Headers | None", "DeliveryCallback | Span", int, int, int], bool
-]
+# Send a message the producer had no room for once it has (target, message, headers, its
+# span, timestamp type, timestamp, preferred partition or -1); True: handed (or refused, its
+# failure queued), False: the mirror stops first.
+WhenRoom = Callable[[str, Message, "Headers | None", Span, int, int, int], bool]
 
 
 # The longest the mirror may wait for the lane to settle: a message the lane holds longer is

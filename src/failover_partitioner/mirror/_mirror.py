@@ -57,7 +57,6 @@ from ._clients import (
     AdminFactory,
     Clients,
     ConsumerFactory,
-    DeliveryCallback,
     LaneFactory,
     ProducerFactory,
     build,
@@ -476,12 +475,15 @@ class Mirror:
         target: str,
         msg: Message,
         headers: Headers | None,
-        callback: DeliveryCallback | Span,
+        span: Span,
         ts_type: int,
         ts: int,
         place: int = -1,
     ) -> bool:
-        """The producer refused for lack of room: poll until it takes the message, or stop."""
+        """The producer refused ``msg`` of ``span`` for lack of room: poll until it takes the
+        message (True), or stop (False: not handed). A refusal of another kind on a retry (the
+        message too large, say) is a failure of the message as at its first attempt (True: its
+        outcome is queued)."""
         producer = self._clients.producer
         assert producer is not None
         extra = (place,) if place >= 0 else ()  # a PlacingProducer's partition preference
@@ -490,10 +492,13 @@ class Mirror:
             producer.poll(0.1)
             failures.handle()
             try:
-                produce_consumed(producer, target, msg, headers, callback, ts_type, ts, *extra)
+                produce_consumed(producer, target, msg, headers, span, ts_type, ts, *extra)
                 return True
             except (BufferError, ProduceTimeout):
                 continue
+            except (KafkaException, ValueError, TypeError) as exc:
+                failures.refused(span, msg, target, exc)
+                return True
         return False
 
     def _set_paused(self, paused: bool) -> None:
@@ -549,7 +554,11 @@ class Mirror:
                     # Whatever is not delivered by now is handed back (uncommitted); what comes
                     # back tells which messages of each unfinished span were delivered.
                     closed = True
-                    self._failures.handed_back(self._ledger, producer.close(0))
+                    undelivered = producer.close(0)
+                    # close() serves the last delivery reports: a final failure among them
+                    # stops the commit as one during the run would.
+                    self._failures.handle(producer_closed=True)
+                    self._failures.handed_back(self._ledger, undelivered)
             self._committer.commit(None, reason="shutdown")
         finally:
             self._clients.closing = True

@@ -57,8 +57,8 @@ class Rebalance:
         logger.info("assigned %s", names(partitions))
         if not partitions:
             return
-        # The group's committed offsets: the lag is known at once, and commits that would
-        # not move them are skipped.
+        # The group's committed offsets: the lag is known at once, and a commit of the offset
+        # the group stores already is skipped (a lower one is not: see PartitionTracker.to_commit).
         source = self._clients.consumer
         assert source is not None
         try:

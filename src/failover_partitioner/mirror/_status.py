@@ -19,7 +19,8 @@ class PartitionStatus:
     topic: str
     partition: int
     committed_offset: int | None
-    """Last offset this mirror committed (None before its first commit of the partition)."""
+    """The group's committed offset: read when assigned, then each one this mirror commits
+    (None while the group has none)."""
     high_watermark: int | None
     """The source partition's end as last seen by the consumer."""
     lag: int | None

@@ -27,7 +27,7 @@ from ._clients import (
     build,
     describe,
 )
-from ._config import MirrorOptions, TopicRouter
+from ._config import MirrorOptions, TopicRouter, refuse_copy_onto_itself
 from ._errors import MirrorConfigError
 from ._topics import (
     EXCLUDED_CONFIGS,
@@ -86,6 +86,9 @@ class Targets:
         self.offset_syncs_on = options.offset_syncs_topic is not None
         self.seen: set[str] = set()
         self.subscribed: tuple[str, ...] | None = None
+        # Source and target are one cluster: by the same bootstrap list until the clusters'
+        # ids are read at start.
+        self.same_cluster = options.source_servers == options.target_servers
 
     def start(self) -> None:
         """Check the producer can place as asked; build the topic sync; make the
@@ -110,6 +113,7 @@ class Targets:
             extra_configs=opts.topic_configs,
             excluded=exclusion_pattern((*EXCLUDED_CONFIGS, *opts.config_exclude)),
         )
+        self._compare_clusters(self.sync)
         if opts.offset_syncs_topic is not None:
             # One partition, compacted, as MirrorMaker 2's offset-syncs topic.
             try:
@@ -132,6 +136,20 @@ class Targets:
                     opts.offset_syncs_topic,
                     describe(err),
                 )
+
+    def _compare_clusters(self, sync: TopicSync) -> None:
+        """Whether source and target are one cluster, by the ids in their metadata: two
+        bootstrap lists (one broker and all of them, a name and its address) may name one."""
+        try:
+            source_id, target_id = sync.cluster_ids()
+        except KafkaException as exc:
+            logger.warning("cannot read the clusters' ids (%s); telling them by bootstrap", exc)
+            return
+        if source_id is None or target_id is None:
+            return
+        self.same_cluster = source_id == target_id
+        if self.same_cluster:
+            refuse_copy_onto_itself(self.router, f"both have cluster id {source_id!r}")
 
     def _sync_topics(self, topics: Sequence[str], source_md: Any) -> bool:
         """Bring the target topics of ``topics`` in line with their sources (create, grow, and
@@ -291,11 +309,11 @@ class Targets:
         topics = tuple(sorted(t for t in metadata.topics if self.router.selects(t)))
         for topic in topics:
             self.router.target(topic)  # an illegal renamed name fails here, before consuming
-        if self._options.source_servers == self._options.target_servers:
-            # One cluster: a topic the mirror writes is not mirrored again (copy.t would
-            # become copy.copy.t, and so on), as MirrorMaker 2 skips its remote topics.
-            written = {self.router.target(t) for t in topics}
-            topics = tuple(t for t in topics if t not in written)
+        if self.same_cluster:
+            # One cluster: a topic the mirror could have written is not mirrored again (copy.t
+            # would become copy.copy.t, and so on), also once its source is gone or when an
+            # earlier run wrote it, as MirrorMaker 2 skips its remote topics.
+            topics = tuple(t for t in topics if not self.router.could_write(t))
         if not self._sync_topics(topics, metadata):
             return
         if topics == (self.subscribed or ()):

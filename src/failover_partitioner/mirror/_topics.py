@@ -281,6 +281,15 @@ class TopicSync:
         self._apply(plans)
         return plans
 
+    def cluster_ids(self) -> tuple[str | None, str | None]:
+        """The source's and the target's cluster ids, from their metadata (None: not told).
+        Raises ``KafkaException`` when a cluster cannot be read."""
+        timeout = self._timeout_s
+        return (
+            self._source.list_topics(timeout=timeout).cluster_id,
+            self._target.list_topics(timeout=timeout).cluster_id,
+        )
+
     def ensure(self, topic: str, *, partitions: int, configs: Mapping[str, str]) -> None:
         """Create the mirror's own ``topic`` on the target if it is missing (even with
         ``manage`` off: it is the mirror's, not a copy of a source topic)."""

@@ -50,6 +50,17 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _port(text: str) -> int:
+    """A TCP port number (argparse names the flag when this raises)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
+    return port
+
+
 def _add_clients_options(ap: argparse.ArgumentParser) -> None:
     """Options: clusters, the group and the clients' settings."""
     ap.add_argument("--source", metavar="BOOTSTRAP", help="source cluster bootstrap servers")
@@ -224,7 +235,7 @@ def _add_output_options(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--json", action="store_true", help="print status lines as JSON objects")
     ap.add_argument(
-        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+        "--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on this port"
     )
     ap.add_argument(
         "--metrics-addr",
@@ -241,8 +252,8 @@ def _add_output_options(ap: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> MirrorOptions:
-    consumer = load_properties(args.consumer_config) if args.consumer_config else {}
-    producer = load_properties(args.producer_config) if args.producer_config else {}
+    consumer = _properties(args.consumer_config, "--consumer.config")
+    producer = _properties(args.producer_config, "--producer.config")
     return MirrorOptions(
         source_bootstrap=args.source,
         target_bootstrap=args.target,
@@ -269,6 +280,10 @@ def _options(args: argparse.Namespace) -> MirrorOptions:
         config_sync_interval_s=args.config_sync_interval,
         offset_syncs_topic=args.offset_syncs_topic if args.offset_syncs else None,
     )
+
+
+def _properties(path: str | None, flag: str) -> dict[str, str]:
+    return load_properties(path, flag=flag) if path else {}
 
 
 def _topic_configs(pairs: Sequence[str]) -> dict[str, str]:
@@ -314,8 +329,8 @@ def translate_main(argv: Sequence[str]) -> int:
     args = _translate_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
-        source = load_properties(args.consumer_config) if args.consumer_config else {}
-        target = load_properties(args.producer_config) if args.producer_config else {}
+        source = _properties(args.consumer_config, "--consumer.config")
+        target = _properties(args.producer_config, "--producer.config")
         source = {**admin_config(source), "bootstrap.servers": args.source}
         target = {**admin_config(target), "bootstrap.servers": args.target}
         never = frozenset([args.offset_syncs_topic])
