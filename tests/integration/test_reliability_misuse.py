@@ -48,7 +48,7 @@ def producer(cluster: Cluster) -> Iterator[Any]:
         ({"value": 123}, TypeError, "'int'"),
         ({"value": b"x", "key": 1.5}, TypeError, "got float"),
         ({"value": b"x", "headers": "h"}, TypeError, "got str"),
-        ({"value": b"x", "timestamp": "now"}, TypeError, "'str'"),
+        ({"value": b"x", "timestamp": "now"}, TypeError, "got 'now' (str)"),
     ],
     ids=["value int", "key float", "headers str", "timestamp str"],
 )

@@ -54,7 +54,10 @@ def check_timestamp(timestamp: object, name: str = "timestamp") -> None:
     2**63 - 1 (a record batch holds 64 bits, and the Java client refuses a negative one).
     Both producers check one given, before the message is accepted."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int):
-        raise TypeError(f"{name} must be an int of epoch milliseconds or None, got {timestamp!r}")
+        raise TypeError(
+            f"{name} must be an int of epoch milliseconds or None, got {timestamp!r} "
+            f"({type(timestamp).__name__})"
+        )
     if not 0 <= timestamp < _TIMESTAMP_END:
         raise ValueError(
             f"{name} must be epoch milliseconds from 0 to 2**63 - 1, as Kafka accepts, got "
