@@ -40,9 +40,23 @@ from minibroker.config import ConfigStore, validate_topic_configs, validate_topi
 from minibroker.errors import ConfigError, TopicError
 from minibroker.replication import Partition, PartitionListener
 
-__all__ = ["BrokerStatus", "Controller", "OffsetsPartition", "Topic", "assign_replicas"]
+__all__ = [
+    "INTERNAL_TOPICS",
+    "OFFSETS_TOPIC",
+    "BrokerStatus",
+    "Controller",
+    "OffsetsPartition",
+    "Topic",
+    "assign_replicas",
+]
 
 logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's Topic.INTERNAL_TOPICS: clients may not produce to them, and minibroker never creates
+# one as a topic (it has no transactions and no share groups, and keeps OFFSETS_TOPIC as its
+# partitions' leaders only).
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
 
 
 class BrokerStatus(enum.Enum):
@@ -198,9 +212,20 @@ class Controller:
         problem = validate_topic_name(name)
         if problem is not None:
             raise TopicError(problem, error_code=ErrorCode.invalid_topic_exception)
-        if name in self.topics:
+        if name in self.topics or name == OFFSETS_TOPIC:
             raise TopicError(
                 f"topic {name!r} already exists", error_code=ErrorCode.topic_already_exists
+            )
+        if name in INTERNAL_TOPICS:
+            raise TopicError(
+                f"{name!r} is an internal topic of a feature minibroker does not have",
+                error_code=ErrorCode.invalid_topic_exception,
+            )
+        colliding = self._colliding_topic(name)
+        if colliding is not None:
+            raise TopicError(
+                f"topic {name!r} collides with existing topic {colliding!r}",
+                error_code=ErrorCode.invalid_topic_exception,
             )
         live = tuple(self.registered_brokers())
         if assignments:
@@ -248,6 +273,21 @@ class Controller:
             checked,
         )
         return topic
+
+    def _colliding_topic(self, name: str) -> str | None:
+        """An existing topic whose name differs from ``name`` only by '.' against '_'.
+
+        Kafka's metric names write both as '_', so KRaft refuses the second of two such names
+        (``ReplicationControlManager.validateNewTopicNames``, KAFKA-13743). OFFSETS_TOPIC
+        exists here without being in ``topics``, so it counts too.
+        """
+        if "." not in name and "_" not in name:
+            return None
+        unified = name.replace(".", "_")
+        for existing in (OFFSETS_TOPIC, *self.topics):
+            if existing.replace(".", "_") == unified:
+                return existing
+        return None
 
     def _check_assignments(
         self, name: str, assignments: Sequence[Sequence[int]], first_index: int

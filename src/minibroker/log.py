@@ -80,53 +80,39 @@ class ReplicaLog:
     # ----------------------------------------------------------------- leader side
 
     def append_as_leader(
-        self, buffer: bytearray, headers: Sequence[BatchHeader], leader_epoch: int
+        self, buffer: bytearray, header: BatchHeader, leader_epoch: int
     ) -> AppendResult:
-        """Check producer sequences, assign offsets and append; all or nothing on error."""
-        for header in headers:
-            if header.producer_id >= 0:
-                verdict = self._check_sequence(header)
-                if verdict is not None:
-                    return verdict
-        first_base = -1
-        for header in headers:
-            if header.producer_id >= 0:
-                duplicate = self._find_duplicate(header)
-                if duplicate is not None:
-                    if first_base < 0:
-                        first_base = duplicate[0]
-                    if len(headers) == 1:
-                        return AppendResult(
-                            error=ErrorCode.none,
-                            base_offset=duplicate[0],
-                            next_offset=duplicate[1],
-                            duplicate=True,
-                        )
-                    continue
-            base = self.log_end_offset
-            patch_batch(buffer, header.position, base, leader_epoch)
-            data = (
-                buffer
-                if header.size == len(buffer)
-                else bytes(buffer[header.position : header.position + header.size])
-            )
-            self.append(
-                StoredBatch(
-                    base,
-                    base + header.last_offset_delta + 1,
-                    data,
-                    header.max_timestamp,
-                    leader_epoch,
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
+        """Check the producer's sequence, assign offsets and append the one batch.
+
+        ``buffer`` is exactly the batch (Produce carries one per partition, see ``_batch``).
+        """
+        if header.producer_id >= 0:
+            verdict = self._check_sequence(header)
+            if verdict is not None:
+                return verdict
+            duplicate = self._find_duplicate(header)
+            if duplicate is not None:
+                return AppendResult(
+                    error=ErrorCode.none,
+                    base_offset=duplicate[0],
+                    next_offset=duplicate[1],
+                    duplicate=True,
                 )
+        base = self.log_end_offset
+        patch_batch(buffer, base, leader_epoch)
+        self.append(
+            StoredBatch(
+                base,
+                base + header.last_offset_delta + 1,
+                buffer,
+                header.max_timestamp,
+                leader_epoch,
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
             )
-            if first_base < 0:
-                first_base = base
-        return AppendResult(
-            error=ErrorCode.none, base_offset=first_base, next_offset=self.log_end_offset
         )
+        return AppendResult(error=ErrorCode.none, base_offset=base, next_offset=self.log_end_offset)
 
     def _check_sequence(self, header: BatchHeader) -> AppendResult | None:
         """Kafka's ``ProducerAppendInfo.checkSequence`` for idempotent producers."""

@@ -193,9 +193,9 @@ class Partition:
     # ----------------------------------------------------------------- producing
 
     def append(
-        self, buffer: bytearray, headers: Sequence[BatchHeader], *, acks: int, now: float
+        self, buffer: bytearray, header: BatchHeader, *, acks: int, now: float
     ) -> AppendResult:
-        """Append producer batches on the leader (the caller checked it is the leader)."""
+        """Append a producer's batch on the leader (the caller checked it is the leader)."""
         if self.leader < 0:
             return AppendResult(error=ErrorCode.leader_not_available)
         if acks == -1 and len(self.isr) < self.effective_min_isr:
@@ -204,7 +204,7 @@ class Partition:
                 message=f"the ISR {list(self.isr)} of {self.name} is smaller than "
                 f"min.insync.replicas {self.effective_min_isr}",
             )
-        result = self.logs[self.leader].append_as_leader(buffer, headers, self.leader_epoch)
+        result = self.logs[self.leader].append_as_leader(buffer, header, self.leader_epoch)
         if result.error == ErrorCode.none and not result.duplicate:
             self._listener.appended(self)
             self._maybe_advance_high_watermark()

@@ -21,7 +21,7 @@ from minibroker._batch import (
     HEADER_SIZE,
     BatchError,
     BatchHeader,
-    parse_batches,
+    parse_batch,
     record_timestamps,
 )
 from minibroker.log import ReplicaLog, StoredBatch
@@ -65,14 +65,14 @@ def make_batch(
     return buffer.getvalue()
 
 
-def headers_of(data: bytes) -> list[BatchHeader]:
-    parsed = parse_batches(data, 1_000_000)
-    assert isinstance(parsed, list)
+def header_of(data: bytes) -> BatchHeader:
+    parsed = parse_batch(data, 1_000_000)
+    assert isinstance(parsed, BatchHeader), parsed
     return parsed
 
 
 def leader_append(log: ReplicaLog, data: bytes, epoch: int = 0) -> tuple[int, int]:
-    result = log.append_as_leader(bytearray(data), headers_of(data), epoch)
+    result = log.append_as_leader(bytearray(data), header_of(data), epoch)
     assert result.error == ErrorCode.none
     return result.base_offset, result.next_offset
 
@@ -92,7 +92,7 @@ def test_offsets_are_dense_and_patched_into_the_batch(counts: list[int]) -> None
         # the patched offset and epoch are what a consumer decodes; the CRC still holds
         assert decoded.base_offset == stored.base_offset
         assert decoded.partition_leader_epoch == 3
-        assert isinstance(parse_batches(stored.data, 1_000_000), list)
+        assert crc32c(stored.data[21:]) == struct.unpack_from(">I", stored.data, 17)[0]
 
 
 @settings(deadline=None)
@@ -165,7 +165,7 @@ def test_idempotent_duplicate_and_gaps() -> None:
     log = ReplicaLog()
     first = make_batch(2, producer_id=7, epoch=0, sequence=0)
     base, _ = leader_append(log, first)
-    duplicate = log.append_as_leader(bytearray(first), headers_of(first), 0)
+    duplicate = log.append_as_leader(bytearray(first), header_of(first), 0)
     assert (duplicate.error, duplicate.duplicate, duplicate.base_offset) == (
         ErrorCode.none,
         True,
@@ -173,21 +173,21 @@ def test_idempotent_duplicate_and_gaps() -> None:
     )
     assert log.log_end_offset == 2
     gap = make_batch(1, producer_id=7, epoch=0, sequence=3)
-    refused = log.append_as_leader(bytearray(gap), headers_of(gap), 0)
+    refused = log.append_as_leader(bytearray(gap), header_of(gap), 0)
     assert refused.error == ErrorCode.out_of_order_sequence_number
     assert log.log_end_offset == 2
     following = make_batch(1, producer_id=7, epoch=0, sequence=2)
     leader_append(log, following)
     new_epoch = make_batch(1, producer_id=7, epoch=1, sequence=4)
     assert (
-        log.append_as_leader(bytearray(new_epoch), headers_of(new_epoch), 0).error
+        log.append_as_leader(bytearray(new_epoch), header_of(new_epoch), 0).error
         == ErrorCode.out_of_order_sequence_number
     )
     old_epoch_again = make_batch(1, producer_id=7, epoch=1, sequence=0)
     leader_append(log, old_epoch_again)
     fenced = make_batch(1, producer_id=7, epoch=0, sequence=3)
     assert (
-        log.append_as_leader(bytearray(fenced), headers_of(fenced), 0).error
+        log.append_as_leader(bytearray(fenced), header_of(fenced), 0).error
         == ErrorCode.invalid_producer_epoch
     )
 
@@ -199,29 +199,8 @@ def test_producer_state_is_rebuilt_after_truncation() -> None:
     log.truncate_to(1)
     # sequence 1 is gone with its batch, so it is the next one expected again
     again = make_batch(1, producer_id=9, epoch=0, sequence=1)
-    result = log.append_as_leader(bytearray(again), headers_of(again), 0)
+    result = log.append_as_leader(bytearray(again), header_of(again), 0)
     assert (result.error, result.duplicate, result.base_offset) == (ErrorCode.none, False, 1)
-
-
-def test_parse_batches_refuses_corruption_and_size() -> None:
-    good = make_batch(3)
-    assert isinstance(parse_batches(good + good, 10_000), list)
-    assert len(headers_of(good + good)) == 2
-    flipped = bytearray(good)
-    flipped[-2] ^= 1
-    assert parse_batches(bytes(flipped), 10_000) == BatchError(
-        2, "record batch at byte 0 fails its CRC"
-    )
-    truncated = parse_batches(good[:-5], 10_000)
-    assert isinstance(truncated, BatchError)
-    assert truncated.error_code == 2
-    too_big = parse_batches(good, len(good) - 1)
-    assert isinstance(too_big, BatchError)
-    assert too_big.error_code == 10
-    assert isinstance(parse_batches(b"", 10_000), BatchError)
-    magic1 = bytearray(good)
-    magic1[16] = 1
-    assert isinstance(parse_batches(bytes(magic1), 10_000), BatchError)
 
 
 def gzipped(batch: bytes) -> bytes:
@@ -232,6 +211,95 @@ def gzipped(batch: bytes) -> bytes:
     struct.pack_into(">h", out, 21, struct.unpack_from(">h", out, 21)[0] | 1)
     struct.pack_into(">I", out, 17, crc32c(out[21:]))
     return bytes(out)
+
+
+def patched(data: bytes, fmt: str, at: int, value: int, *, crc: bool = True) -> bytes:
+    """``data`` with one header field rewritten, its CRC recomputed unless ``crc`` is False."""
+    out = bytearray(data)
+    struct.pack_into(fmt, out, at, value)
+    if crc:
+        struct.pack_into(">I", out, 17, crc32c(out[21:]))
+    return bytes(out)
+
+
+def with_records(data: bytes, records: bytes, count: int) -> bytes:
+    """``data``'s header over other record bytes: ``count`` records, offsets 0 to count - 1."""
+    out = bytearray(data[:HEADER_SIZE]) + records
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">i", out, 23, count - 1)
+    struct.pack_into(">i", out, 57, count)
+    struct.pack_into(">I", out, 17, crc32c(out[21:]))
+    return bytes(out)
+
+
+GOOD = make_batch(3)
+RECORDS = GOOD[HEADER_SIZE:]
+FIRST_RECORD = RECORDS[: 1 + RECORDS[0] // 2]  # a one-byte length (zig-zag) and its body
+
+
+@pytest.mark.parametrize(
+    ("records", "error_code", "message"),
+    [
+        # ProduceRequest.validateRecords: exactly one batch, of magic 2
+        (b"", 87, "needs a record batch"),
+        (None, 87, "needs a record batch"),
+        (GOOD[:-5], 87, "needs a record batch"),  # cut short: Kafka reads no batch in it
+        (GOOD + GOOD, 87, "exactly one record batch"),
+        (patched(GOOD, ">b", 16, 1, crc=False), 87, "magic 1"),
+        (patched(GOOD, ">b", 16, 0, crc=False), 87, "magic 0"),
+        # ByteBufferLogInputStream: corrupt framing
+        (patched(GOOD, ">b", 16, 3, crc=False), 2, "magic byte 0x03"),
+        (patched(GOOD, ">i", 8, 13, crc=False), 2, "length 13"),
+        (patched(GOOD, ">i", 8, 30, crc=False)[:42], 2, "42 bytes is under 61"),
+        # UnifiedLog.analyzeAndValidateRecords: baseOffset, size, CRC
+        (patched(GOOD, ">q", 0, 7, crc=False), 87, "baseOffset is 7"),
+        (patched(GOOD, ">i", 57, 4, crc=False), 2, "CRC"),
+        # LogValidator.validateBatch
+        (patched(GOOD, ">i", 23, -1), 87, "negative lastOffsetDelta"),
+        (patched(GOOD, ">i", 57, 0), 87, "reports 0 records"),
+        (patched(GOOD, ">i", 57, 5), 87, "inconsistent batch offset range [0, 2]"),
+        (patched(GOOD, ">i", 23, 999_999), 87, "inconsistent batch offset range"),
+        (patched(GOOD, ">h", 21, 0x20), 87, "control records"),
+        (patched(GOOD, ">h", 21, 0x10), 87, "transactional"),
+        (patched(GOOD, ">q", 43, 5000), 87, "invalid sequence number -1"),
+        # the records of an uncompressed batch must fill it, record by record
+        (with_records(GOOD, b"\xff" * len(RECORDS), 3), 87, "record 0 has no valid length"),
+        (with_records(GOOD, b"\x01\x00\x00\x00", 10**6), 87, "record 0 declares -1 bytes"),
+        (with_records(GOOD, FIRST_RECORD, 2), 87, "ends after 1 of its 2 records"),
+        (with_records(GOOD, FIRST_RECORD + b"\x00", 1), 87, "1 bytes follow"),
+    ],
+)
+def test_parse_batch_refuses_what_kafka_refuses_with_its_code(
+    records: bytes | None, error_code: int, message: str
+) -> None:
+    refused = parse_batch(records, 10_000)
+    assert isinstance(refused, BatchError)
+    assert refused.error_code == error_code
+    assert message in refused.message
+
+
+def test_parse_batch_accepts_what_clients_send() -> None:
+    assert header_of(GOOD).size == len(GOOD)
+    assert header_of(with_records(GOOD, FIRST_RECORD, 1)).last_offset_delta == 0
+    # Bytes too few to frame another batch are not part of this one (Kafka trims them).
+    assert header_of(GOOD + b"\x01" * 10).size == len(GOOD)
+    # An idempotent producer's batch; a compressed one's records are not walked.
+    assert header_of(make_batch(2, producer_id=5, epoch=0, sequence=0)).producer_id == 5
+    assert header_of(gzipped(GOOD)).last_offset_delta == 2
+    too_big = parse_batch(GOOD, len(GOOD) - 1)
+    assert isinstance(too_big, BatchError)
+    assert too_big.error_code == 10
+
+
+def test_record_timestamps_stop_at_a_record_that_does_not_move_forward() -> None:
+    # A record length of -1 used to leave the walk in place for every one of ``count`` records,
+    # on the event loop every broker shares; a compressed batch's records are not checked at
+    # Produce, so the walk itself must stop.
+    crafted = with_records(GOOD, b"\x01\x00\x00\x00", 10**6)
+    assert record_timestamps(crafted, 0) is None
+    assert record_timestamps(gzipped(crafted), 0) is None
+    overrun = with_records(GOOD, FIRST_RECORD[:-1], 1)  # declares one byte more than remains
+    assert record_timestamps(overrun, 0) is None
 
 
 @settings(deadline=None)

@@ -9,7 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kio.schema.errors import ErrorCode
 
 from minibroker.replication import Partition
-from tests.unit.test_minibroker_log import headers_of, make_batch
+from tests.unit.test_minibroker_log import header_of, make_batch
 
 LAG_S = 0.5
 
@@ -50,7 +50,7 @@ def new_partition(
 
 def append(partition: Partition, count: int = 1, acks: int = -1, now: float = 0.0) -> ErrorCode:
     data = make_batch(count)
-    return partition.append(bytearray(data), headers_of(data), acks=acks, now=now).error
+    return partition.append(bytearray(data), header_of(data), acks=acks, now=now).error
 
 
 def replicate(partition: Partition, replica: int, now: float) -> None:

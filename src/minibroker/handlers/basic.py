@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from minibroker.controller import INTERNAL_TOPICS
 from minibroker.errors import TopicError
 from minibroker.protocol.codec import build, encode_body, frame_with_body
 
@@ -121,14 +122,17 @@ def _create_missing_topics(
     cluster: ClusterRuntime, names: Iterable[str | uuid.UUID | None], allow_auto: bool
 ) -> dict[str, tuple[ErrorCode, str]]:
     """Create the requested topics that do not exist, if auto-creation is on for this request
-    and for the cluster; the error (code, message) of every named topic that still does not."""
+    and for the cluster; the error (code, message) of every named topic that still does not.
+
+    Internal topic names stay UNKNOWN_TOPIC_OR_PARTITION, as on KRaft while such a topic is not
+    there: minibroker never makes one a topic (``controller.INTERNAL_TOPICS``)."""
     controller = cluster.controller
     auto_create = allow_auto and cluster.settings.get_bool("auto.create.topics.enable")
     errors: dict[str, tuple[ErrorCode, str]] = {}
     for name in names:
         if not isinstance(name, str) or name in controller.topics:
             continue
-        if not auto_create:
+        if not auto_create or name in INTERNAL_TOPICS:
             errors[name] = (ErrorCode.unknown_topic_or_partition, "unknown topic")
             continue
         try:
@@ -154,7 +158,13 @@ def _metadata_topic(
     topic = cluster.controller.topics.get(name)
     if topic is None:
         error = errors.get(name, (ErrorCode.unknown_topic_or_partition, ""))[0]
-        return {"error_code": error, "name": name, "topic_id": None, "partitions": []}
+        return {
+            "error_code": error,
+            "name": name,
+            "topic_id": None,
+            "is_internal": name in INTERNAL_TOPICS,
+            "partitions": [],
+        }
     return {
         "error_code": 0,
         "name": name,

@@ -1,8 +1,8 @@
 """The data path: Produce, Fetch (long poll) and ListOffsets.
 
-Batches travel as opaque bytes: Produce checks each batch header and CRC (``_batch``) and hands
-the blob to the partition leader, which patches offsets in place; Fetch returns whole stored
-batches joined into one records field. Nothing here parses records.
+Batches travel as bytes: Produce checks each partition's one batch as Kafka does (header, CRC,
+and the framing of its records, ``_batch``) and hands it to the partition leader, which patches
+offsets in place; Fetch returns whole stored batches joined into one records field.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from minibroker._batch import BatchError, parse_batches
+from minibroker._batch import BatchError, parse_batch
+from minibroker.controller import INTERNAL_TOPICS
 from minibroker.replication import Partition
 from minibroker.server import FetchWaiter
 
@@ -81,6 +82,12 @@ def handle_produce(ctx: RequestContext, request: Any) -> None:
                 entry["error_code"] = ErrorCode.invalid_required_acks
                 failed = True
                 continue
+            if topic_data.name in INTERNAL_TOPICS:
+                # Kafka's ReplicaManager.appendRecords: only the broker itself writes them.
+                entry["error_code"] = ErrorCode.invalid_topic_exception
+                entry["error_message"] = f"Cannot append to internal topic {topic_data.name}"
+                failed = True
+                continue
             if topic is None or not 0 <= data.index < len(topic.partitions):
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 failed = True
@@ -92,14 +99,14 @@ def handle_produce(ctx: RequestContext, request: Any) -> None:
                     entry["current_leader"] = _leader_hint(partition)
                 failed = True
                 continue
-            records = data.records
-            headers = parse_batches(records or b"", topic.max_message_bytes)
-            if isinstance(headers, BatchError):
-                entry["error_code"] = ErrorCode(headers.error_code)
-                entry["error_message"] = headers.message
+            header = parse_batch(data.records, topic.max_message_bytes)
+            if isinstance(header, BatchError):
+                entry["error_code"] = ErrorCode(header.error_code)
+                entry["error_message"] = header.message
                 failed = True
                 continue
-            result = partition.append(bytearray(records), headers, acks=acks, now=now)
+            batch = bytearray(memoryview(data.records)[: header.size])
+            result = partition.append(batch, header, acks=acks, now=now)
             if result.error != _NONE:
                 entry["error_code"] = result.error
                 entry["error_message"] = result.message
