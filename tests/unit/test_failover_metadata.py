@@ -106,15 +106,35 @@ def test_unknown_min_isr_falls_back_to_1_with_one_warning(caplog: pytest.LogCapt
 
 
 def test_min_isr_is_asked_only_now_and_then() -> None:
+    s = RefreshSchedule(refresh_s=30.0, fast_refresh_s=0.5, min_isr_refresh_s=300.0)
+    s.add("orders", 0.0)
+    assert s.min_isr_due("orders", 0.0)
+    s.min_isr_fetched("orders", 0.0, ok=True)
+    assert not s.min_isr_due("orders", 299.0)
+    assert s.min_isr_due("orders", 300.0)
+    s.min_isr_fetched("orders", 300.0, ok=True)
+    # A partition out of use: an operator may lower min ISR to bring it back (or raise it),
+    # and until the topic is whole again the value is read every 5 s.
+    s.set_fast("orders", True, 301.0)
+    assert not s.min_isr_due("orders", 305.9)
+    assert s.min_isr_due("orders", 306.0)
+    s.min_isr_fetched("orders", 306.0, ok=True)
+    assert s.min_isr_due("orders", 311.0)
+    s.set_fast("orders", False, 311.0)
+    s.min_isr_fetched("orders", 311.0, ok=True)
+    assert not s.min_isr_due("orders", 610.0)
+    s.ask_min_isr("orders", 312.0)  # an explicit fetch reads it again
+    assert s.min_isr_due("orders", 312.0)
+
+
+def test_an_explicit_fetch_reads_min_isr_again() -> None:
     source, clock = FakeSource(), Clock()
     r, _ = refresher(source, clock, min_isr_refresh_s=300.0)
-    r.fetch_now("orders", 1.0)
-    r.fetch_now("orders", 1.0)
-    assert source.min_isr_calls == 1
-    clock.now += 301
-    source.min_isr = MinIsr(value=3, source="broker")
-    md = r.fetch_now("orders", 1.0)
-    assert (md.min_insync_replicas, md.min_isr_source) == (3, "broker")
+    assert r.fetch_now("orders", 1.0).min_insync_replicas == 2
+    source.min_isr = MinIsr(value=1, source="topic")  # lowered by an operator
+    clock.now += 1
+    assert r.fetch_now("orders", 1.0).min_insync_replicas == 1
+    assert source.min_isr_calls == 2
 
 
 def test_transient_failures_are_retried() -> None:

@@ -194,7 +194,7 @@ class Lanes:
 
     async def _pump(self, lane: Lane) -> None:
         """Hand ``lane``'s batches to aiokafka one at a time, each after the last one's answer."""
-        send_batch = self._inner.send_batch
+        send_batch, cluster = self._inner.send_batch, self._inner.client.cluster
         try:
             while True:
                 batch = lane.take()
@@ -205,6 +205,12 @@ class Lanes:
                 for m in batch.messages:
                     m.sent = True
                 try:
+                    known = cluster.partitions_for_topic(lane.topic)
+                    if known is None or lane.partition not in known:
+                        # Newer than aiokafka's metadata (the producer's own fetch saw it
+                        # first): aiokafka refuses it ("Unrecognized partition") until it
+                        # has fetched its own again, and the partition would be struck.
+                        await self._inner.client.force_metadata_update()
                     future = await send_batch(batch.builder, lane.topic, partition=lane.partition)
                 except asyncio.CancelledError:
                     for m in batch.messages:

@@ -276,6 +276,7 @@ class AioMetadataRefresher:
     async def fetch_now(self, topic: str, timeout_s: float) -> TopicMetadata:
         """Fetch ``topic`` now, retrying until ``timeout_s``; start watching it."""
         self.watch(topic)
+        self._schedule.ask_min_isr(topic, self._clock())
         deadline = self._clock() + timeout_s
         md = await self._fetch(topic, deadline=deadline, min_isr_budget_s=min(1.0, timeout_s / 2))
         if md is None:

@@ -34,7 +34,7 @@ from failover_partitioner.confluent._shared import (
     _rebuildable,
     _Record,
 )
-from failover_partitioner.core import NO_TOPIC, check_timestamp, check_topic
+from failover_partitioner.core import NO_TOPIC, check_partition, check_timestamp, check_topic
 from failover_partitioner.errors import (
     REFUSED_RIGHTS,
     ProducerClosed,
@@ -62,6 +62,8 @@ class Routing(Delivering):
         places for (whole, sticky), with no callback or one a report can serve: the healthy
         path still, the headers kept for the report (the inline path is kept to messages
         without)."""
+        if partition is not None:
+            self._check_partition(topic, partition)
         if (
             type(headers) is list
             and timestamp is None
@@ -114,6 +116,15 @@ class Routing(Delivering):
         self._produce_with_record(
             topic, value, key, headers, on_delivery, timestamp, prefer=partition
         )
+
+    def _check_partition(self, topic: str, partition: object) -> None:
+        """Refuse a ``partition=`` that is no partition of ``topic`` (its metadata fetched
+        first, on first sight), before the message is accepted."""
+        if topic not in self._choosers:
+            check_topic(topic)
+            self._chooser_for(topic)
+        state = self._core.topics.get(topic)
+        check_partition(partition, topic, None if state is None else state.metadata)
 
     def _produce_bare(
         self,

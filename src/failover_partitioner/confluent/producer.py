@@ -127,7 +127,7 @@ from failover_partitioner.confluent._shared import (
     _weakly,
 )
 from failover_partitioner.confluent._state import CallDepth
-from failover_partitioner.core import FailoverCore, ProducerStatistics
+from failover_partitioner.core import FailoverCore, ProducerStatistics, check_topic
 from failover_partitioner.core.statistics import MetricsSnapshot, metrics_snapshot
 from failover_partitioner.errors import ConfigError, MetadataUnavailable, ProducerClosed
 from failover_partitioner.health import TopicView
@@ -585,10 +585,14 @@ class FailoverProducer(Batching):
         self._check_not_in_callback(name)
         if self._closed:  # the client is gone: its metadata cannot be fetched
             raise ProducerClosed(f"{call} after close()")
+        check_topic(topic)  # before it is watched: the refresher would ask for it for ever
+        timeout_s = check_positive_number(
+            "timeout", self._metadata_timeout_s if timeout is None else timeout
+        )
         with self._topics_lock:
             self._watched.add(topic)
         try:
-            self._meta.fetch_now(topic, self._metadata_timeout_s if timeout is None else timeout)
+            self._meta.fetch_now(topic, timeout_s)
         except MetadataUnavailable as exc:
             self._raise_if_refused(exc)
             raise

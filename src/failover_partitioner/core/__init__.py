@@ -25,6 +25,7 @@ from failover_partitioner.core.statistics import ProducerStatistics
 from failover_partitioner.core.topic import (
     TopicState,
     check_header_name,
+    check_partition,
     check_timestamp,
     check_topic,
     legal_topic_name,
@@ -45,6 +46,7 @@ __all__ = [
     "Tick",
     "TopicState",
     "check_header_name",
+    "check_partition",
     "check_timestamp",
     "check_topic",
     "legal_topic_name",

@@ -327,7 +327,7 @@ class FailoverCore(Generic[E]):
         """What a failure (or another client's, reported) says of its partition."""
         quarantined = False
         if ec.quarantine and partition >= 0:
-            quarantined = self._strike(topic, partition, ec.held)
+            quarantined = bool(self._strike(topic, [partition], ec.held))
         return Heed(quarantined=quarantined, refresh=ec.refresh_metadata)
 
     def unreachable(self, broker: int) -> list[str]:
@@ -341,43 +341,40 @@ class FailoverCore(Generic[E]):
         struck = []
         for topic, state in list(self.topics.items()):  # a copy: others may add topics
             led = [p.partition for p in state.metadata.partitions if p.leader == broker]
-            # A list, not a generator: every partition it leads is struck.
-            if any([self._strike(topic, p, unreachable=broker) for p in led]):
+            if led and self._strike(topic, led, unreachable=broker):
                 struck.append(topic)
         return struck
 
     def _strike(
-        self, topic: str, partition: int, held: bool = False, unreachable: int | None = None
-    ) -> bool:
+        self, topic: str, partitions: list[int], held: bool = False, unreachable: int | None = None
+    ) -> list[int]:
+        """Quarantine ``partitions`` of ``topic`` (one new view for them all); returns those
+        newly quarantined."""
         state = self.topics.get(topic)
-        if state is None or not state.strike(
-            partition, self._clock(), held=held, unreachable=unreachable is not None
-        ):
-            return False
-        self.quarantines += 1
-        q = state.quarantine
-        strikes = q.strikes(partition)
-        if held:
-            until, seconds = (
-                "until its leader or ISR changes (it held a write), or ",
-                q.policy.max_s,
-            )
-        elif unreachable is not None:
-            until, seconds = (
-                f"until it has a leader other than broker {unreachable} (unreachable), or ",
-                q.policy.max_s,
-            )
-        else:
-            until, seconds = "", q.policy.backoff_s(strikes)
-        logger.info(
-            "partition %s-%d quarantined %sfor %.2f s (strike %d)",
-            topic,
-            partition,
-            until,
-            seconds,
-            strikes,
+        if state is None:
+            return []
+        newly = state.strike(
+            partitions, self._clock(), held=held, unreachable=unreachable is not None
         )
-        return True
+        self.quarantines += len(newly)
+        q = state.quarantine
+        if held:
+            until = "until its leader or ISR changes (it held a write), or "
+        elif unreachable is not None:
+            until = f"until it has a leader other than broker {unreachable} (unreachable), or "
+        else:
+            until = ""
+        for partition in newly:
+            strikes = q.strikes(partition)
+            logger.info(
+                "partition %s-%d quarantined %sfor %.2f s (strike %d)",
+                topic,
+                partition,
+                until,
+                q.policy.max_s if until else q.policy.backoff_s(strikes),
+                strikes,
+            )
+        return newly
 
     def failed(
         self,

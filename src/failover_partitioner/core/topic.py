@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
 from failover_partitioner.choose import ChoiceOptions, PartitionChooser
@@ -66,6 +66,23 @@ def check_timestamp(timestamp: object, name: str = "timestamp") -> None:
 
 
 _TIMESTAMP_END = 2**63
+
+
+def check_partition(partition: object, topic: str, metadata: TopicMetadata | None) -> None:
+    """Refuse a partition preference that is not a partition of ``topic``: not an int, or
+    past the partitions its ``metadata`` lists (when it lists the topic). As the Java client
+    and librdkafka refuse one, rather than place the message elsewhere without a word."""
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise TypeError(
+            f"partition must be an int or None, got {partition!r} ({type(partition).__name__})"
+        )
+    count = len(metadata.partitions) if metadata is not None and metadata.exists else None
+    if partition < 0 or (count is not None and partition >= count):
+        have = "" if count is None else f" (it has {count} as the producer last saw it)"
+        raise ValueError(
+            f"partition {partition} of topic {topic!r} does not exist{have}; after adding "
+            f"partitions, call refresh({topic!r}). The message was not accepted"
+        )
 
 
 def check_header_name(name: str, topic: str) -> None:
@@ -145,18 +162,28 @@ class TopicState:
         return parts[partition] if partition < len(parts) else None
 
     def strike(
-        self, partition: int, now: float, *, held: bool = False, unreachable: bool = False
-    ) -> bool:
-        """A write to ``partition`` failed (``held``: it was held until a timeout), or the
-        client could not connect to its leader (``unreachable``): quarantine it; True if it
-        newly is."""
+        self,
+        partitions: Iterable[int],
+        now: float,
+        *,
+        held: bool = False,
+        unreachable: bool = False,
+    ) -> list[int]:
+        """Writes to ``partitions`` failed (``held``: they were held until a timeout), or the
+        client could not connect to their leader (``unreachable``): quarantine them; returns
+        those newly quarantined. One new view for them all (a broker may lead hundreds)."""
         with self.lock:
-            if partition >= len(self.metadata.partitions):
-                return False
-            seen = self.metadata.partitions[partition] if held or unreachable else None
-            newly = self.quarantine.strike(partition, now, held=seen, unreachable=unreachable)
+            parts = self.metadata.partitions
+            newly = [
+                p
+                for p in partitions
+                if p < len(parts)
+                and self.quarantine.strike(
+                    p, now, held=parts[p] if held or unreachable else None, unreachable=unreachable
+                )
+            ]
             if newly:
-                self.quarantines += 1
+                self.quarantines += len(newly)
                 self.rebuild()
             return newly
 

@@ -4,7 +4,9 @@ Metadata is fetched every ``refresh_s``, every ``fast_refresh_s`` while one of t
 partitions is quarantined (to notice its recovery, or learn what broke, soon), and at once when
 the producer asks (a delivery error that calls for it), but never more often than
 ``min_gap_s``. min.insync.replicas changes rarely and costs a DescribeConfigs round trip, so it
-is asked every ``min_isr_refresh_s``. A failed fetch keeps the last metadata (its age grows,
+is asked every ``min_isr_refresh_s``; while a partition is out of use, every
+``DEGRADED_MIN_ISR_S`` at most (an operator lowering it is often what brings the topic back),
+and at every explicit fetch (``fetch_now``). A failed fetch keeps the last metadata (its age grows,
 visible through :meth:`MetadataRefresher.age_s`) and is tried again with back-off.
 """
 
@@ -26,6 +28,10 @@ from failover_partitioner.metadata._source import MetadataSource, MinIsr, Partit
 __all__ = ["MetadataRefresher", "RefreshSchedule"]
 
 logger = logging.getLogger(__name__)
+
+# While a topic's fetches are fast (something out of use), min.insync.replicas is read again
+# this often at most: lowering it (or raising it) is an operator's fix for the fault itself.
+DEGRADED_MIN_ISR_S = 5.0
 
 
 @dataclass(slots=True)
@@ -65,6 +71,7 @@ class RefreshSchedule:
         self.refresh_s = float(refresh_s)
         self.fast_refresh_s = min(float(fast_refresh_s), self.refresh_s)
         self.min_isr_refresh_s = float(min_isr_refresh_s)
+        self.degraded_min_isr_s = min(self.min_isr_refresh_s, DEGRADED_MIN_ISR_S)
         self.min_gap_s = min_gap_s
         self.retry_max_s = retry_max_s
         self._topics: dict[str, _TopicSchedule] = {}
@@ -104,6 +111,13 @@ class RefreshSchedule:
         s.fast = fast
         if fast:
             s.due_at = min(s.due_at, now + self.fast_refresh_s)
+            s.min_isr_due_at = min(s.min_isr_due_at, now + self.degraded_min_isr_s)
+
+    def ask_min_isr(self, topic: str, now: float) -> None:
+        """Read ``topic``'s min ISR again at its next fetch (an explicit refresh)."""
+        s = self._topics.get(topic)
+        if s is not None:
+            s.min_isr_due_at = min(s.min_isr_due_at, now)
 
     def due(self, now: float) -> list[str]:
         return [t for t, s in self._topics.items() if s.due_at <= now]
@@ -149,8 +163,9 @@ class RefreshSchedule:
             if s.min_isr_cut_short:
                 s.min_isr_due_at = now
             else:
-                s.min_isr_due_at = now + (
-                    self.min_isr_refresh_s if ok else min(self.min_isr_refresh_s, 30.0)
+                s.min_isr_due_at = now + min(
+                    self.degraded_min_isr_s if s.fast else self.min_isr_refresh_s,
+                    self.min_isr_refresh_s if ok else 30.0,
                 )
 
     def last_success_at(self, topic: str) -> float | None:
@@ -278,6 +293,8 @@ class MetadataRefresher:
         """Fetch ``topic`` on the calling thread (never from a delivery callback), retrying
         until ``timeout_s``; start watching it. Raises :class:`MetadataUnavailable`."""
         self.watch(topic)
+        with self._lock:
+            self._schedule.ask_min_isr(topic, self._clock())
         deadline = self._clock() + timeout_s
         md = self._fetch(topic, deadline=deadline, min_isr_budget_s=min(1.0, timeout_s / 2))
         if md is None:
