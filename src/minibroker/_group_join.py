@@ -27,6 +27,16 @@ from minibroker._group_values import (
 # The coordinator logs as one component, under its public module's name.
 _log = logging.getLogger("minibroker.groups")
 
+# A member id is `<group.instance.id or client.id>-<UUID>` (Kafka's format), and it travels as
+# a STRING (int16 length, at most 32,767 UTF-8 bytes) in the non-flexible versions of JoinGroup,
+# LeaveGroup and DescribeGroups, including in answers to other members (the leader's member
+# list). Kafka's broker does not check its length (the Java client refuses an instance id over
+# 249 characters, JoinGroupRequest.validateGroupInstanceId; librdkafka does not); minibroker
+# answers INVALID_REQUEST to a join whose member id would not fit, as no answer naming that
+# member could be encoded (the whole group's JoinGroup answers would fail).
+_MAX_MEMBER_ID_BYTES = 32_767
+_MEMBER_ID_SUFFIX_BYTES = len("-00000000-0000-0000-0000-000000000000")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewJoin:
@@ -72,6 +82,16 @@ class Joiner:
             return join_error(GroupError.INVALID_GROUP_ID, member_id)
         if not cfg.min_session_timeout_ms <= new.session_timeout_ms <= cfg.max_session_timeout_ms:
             return join_error(GroupError.INVALID_SESSION_TIMEOUT, member_id)
+        if _member_id_too_long(member_id, new):
+            _log.warning(
+                "Group %s: JoinGroup refused: a member id made from its %s (%d bytes) would "
+                "not fit the %d bytes of a Kafka string",
+                group_id,
+                "group.instance.id" if new.group_instance_id is not None else "client.id",
+                len(_member_id_prefix(new).encode()),
+                _MAX_MEMBER_ID_BYTES,
+            )
+            return join_error(GroupError.INVALID_REQUEST, member_id)
         group = self._groups.get(group_id)
         if member_id:
             if group is None:
@@ -92,7 +112,7 @@ class Joiner:
             return join_error(GroupError.GROUP_MAX_SIZE_REACHED, "")
         if not group.accepts(new.protocol_type, new.protocols):
             return join_error(GroupError.INCONSISTENT_GROUP_PROTOCOL, "")
-        member_id = self._new_member_id(instance if instance is not None else new.client_id)
+        member_id = self._new_member_id(_member_id_prefix(new))
         if replacing is not None:
             return self._replace_static_member(group, replacing, member_id, new)
         if instance is None and require_known_member_id:
@@ -238,3 +258,18 @@ def _take_request(member: Member, new: NewJoin) -> None:
     member.protocols = new.protocols
     member.session_timeout_ms = new.session_timeout_ms
     member.rebalance_timeout_ms = new.rebalance_timeout_ms
+
+
+def _member_id_prefix(new: NewJoin) -> str:
+    """What the member id of a new member starts with: its instance id, else its client id."""
+    return new.group_instance_id if new.group_instance_id is not None else new.client_id
+
+
+def _member_id_too_long(member_id: str, new: NewJoin) -> bool:
+    """Whether the member id this join gets (or keeps) would be too long to encode. A static
+    member's id always derives from its instance id (a restart gets a new one); a dynamic
+    member's only when it has none yet."""
+    if new.group_instance_id is None and member_id:
+        return False
+    prefix_bytes = len(_member_id_prefix(new).encode())
+    return prefix_bytes + _MEMBER_ID_SUFFIX_BYTES > _MAX_MEMBER_ID_BYTES

@@ -22,6 +22,9 @@ from minibroker._group_values import (
     PartitionResult,
 )
 
+# The OffsetCommit version from which a commit to an unknown group is GROUP_ID_NOT_FOUND.
+_GROUP_ID_NOT_FOUND_VERSION = 9
+
 
 class OffsetStore:
     """OffsetCommit and OffsetFetch for the groups in ``groups``; a commit to a group nobody
@@ -42,8 +45,11 @@ class OffsetStore:
         generation_id: int,
         offsets: Sequence[OffsetToCommit],
         group_instance_id: str | None,
+        api_version: int,
     ) -> tuple[PartitionResult, ...]:
-        error = self._commit_error(group_id, member_id, generation_id, group_instance_id)
+        error = self._commit_error(
+            group_id, member_id, generation_id, group_instance_id, api_version
+        )
         if error is not GroupError.NONE:
             return tuple(
                 PartitionResult(topic=o.topic, partition=o.partition, error_code=error)
@@ -70,20 +76,31 @@ class OffsetStore:
         return tuple(results)
 
     def _commit_error(
-        self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        api_version: int,
     ) -> GroupError:
+        # After Kafka 4's OffsetMetadataManager.validateOffsetCommit and
+        # ClassicGroup.validateOffsetCommit: generation -1 comes from the admin client or a
+        # consumer assigning its own partitions, and may commit to a group nobody is in,
+        # whatever member id it names (an unknown group is created, empty).
         group = self._groups.get(group_id)
-        simple = generation_id < 0 and not member_id and group_instance_id is None
         if group is None:
-            if generation_id >= 0:
-                # A member of a group we do not know: its generation is gone.
-                return GroupError.ILLEGAL_GENERATION
-            return GroupError.NONE if simple else GroupError.UNKNOWN_MEMBER_ID
-        if simple:
+            if generation_id < 0:
+                return GroupError.NONE
+            # A member of a group we do not know. GROUP_ID_NOT_FOUND from v9, which both group
+            # protocols understand; ILLEGAL_GENERATION before, as older Kafka answered.
+            if api_version >= _GROUP_ID_NOT_FOUND_VERSION:
+                return GroupError.GROUP_ID_NOT_FOUND
+            return GroupError.ILLEGAL_GENERATION
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return GroupError.NONE
+        if generation_id < 0 and not member_id and group_instance_id is None:
             # When the group has members, only they may commit.
-            return (
-                GroupError.NONE if group.state is GroupState.EMPTY else GroupError.UNKNOWN_MEMBER_ID
-            )
+            return GroupError.UNKNOWN_MEMBER_ID
         member = group.current_member(member_id, generation_id, group_instance_id)
         if isinstance(member, GroupError):
             return member

@@ -302,6 +302,8 @@ class Controller:
                 problem = "a replica list names a broker twice"
             elif any(r not in self.brokers for r in replicas):
                 problem = f"unknown broker id (brokers are {sorted(self.brokers)})"
+            elif not self._active(replicas):
+                problem = "every broker it names is fenced"
             if problem is not None:
                 raise TopicError(
                     f"topic {name!r}: partition {first_index + offset} assignment "
@@ -310,17 +312,26 @@ class Controller:
                 )
         return placement
 
+    def _active(self, replicas: tuple[int, ...]) -> tuple[int, ...]:
+        """The replicas on brokers the controller has not fenced, in assignment order."""
+        return tuple(r for r in replicas if not self.is_fenced(r))
+
     def _add_partitions(
         self, topic: Topic, placement: Sequence[tuple[int, ...]], now: float
     ) -> None:
-        min_isr = self.configs.topic_int(topic.configs, "min.insync.replicas", placement[0][0])
+        # A new partition's ISR is its active replicas and the first of them leads (Kafka's
+        # ReplicationControlManager.createTopic / createPartitions filter the assignment with
+        # isActive): an explicit assignment may name a fenced broker, even first.
+        isrs = [self._active(replicas) for replicas in placement]
+        min_isr = self.configs.topic_int(topic.configs, "min.insync.replicas", isrs[0][0])
         first = len(topic.partitions)
-        for offset, replicas in enumerate(placement):
+        for offset, (replicas, isr) in enumerate(zip(placement, isrs, strict=True)):
             topic.partitions.append(
                 Partition(
                     topic=topic.name,
                     index=first + offset,
                     replicas=replicas,
+                    isr=isr,
                     min_insync_replicas=min_isr,
                     replica_lag_time_max_s=self._lag_time_s,
                     listener=self,

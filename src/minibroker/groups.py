@@ -68,7 +68,8 @@ Mapping to the wire:
 * LeaveGroup: v0-2 name one member; their top-level error is that member's error. v3+ pass
   every member; the top-level error is :attr:`LeaveGroupResult.error_code`.
 * OffsetCommit / OffsetFetch: per-partition results; topics the cluster does not know should
-  be answered UNKNOWN_TOPIC_OR_PARTITION by the shell before calling in. OffsetFetch v8+ asks
+  be answered UNKNOWN_TOPIC_OR_PARTITION by the shell before calling in. OffsetCommit takes the
+  request's ``api_version`` (an unknown group's error changed in v9). OffsetFetch v8+ asks
   for several groups: call :meth:`GroupCoordinator.fetch_offsets` once per group.
 * FindCoordinator: :func:`coordinator_partition` is Kafka's ``__consumer_offsets`` partition for
   a group (Java ``String.hashCode``); the shell names that partition's leader. When the leader
@@ -433,11 +434,14 @@ class GroupCoordinator:
         generation_id: int,
         offsets: Sequence[OffsetToCommit],
         group_instance_id: str | None = None,
+        api_version: int = 9,
     ) -> tuple[PartitionResult, ...]:
-        """OffsetCommit. Generation -1 with an empty member id is a "simple" commit from a
-        consumer that manages its own partitions; it is accepted while the group has no
-        members. Otherwise the member and generation must be current, and a group still
-        waiting for its assignment answers REBALANCE_IN_PROGRESS."""
+        """OffsetCommit (request version ``api_version``). Generation -1 is a "simple" commit
+        from the admin client or a consumer that manages its own partitions; it is accepted
+        while the group has no members (an unknown group is created). Otherwise the member
+        and generation must be current (a group the coordinator does not know answers
+        GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before), and a group still waiting for
+        its assignment answers REBALANCE_IN_PROGRESS."""
         self._rebalance.advance()
         return self._offsets.commit(
             group_id=group_id,
@@ -445,6 +449,7 @@ class GroupCoordinator:
             generation_id=generation_id,
             offsets=offsets,
             group_instance_id=group_instance_id,
+            api_version=api_version,
         )
 
     def fetch_offsets(

@@ -10,9 +10,11 @@ Rules, after Kafka's ``Partition.scala`` / ``ReplicaManager``:
 * Followers fetch from the leader. A fetch at offset ``o`` tells the leader the follower's log
   end; the follower was *caught up* at the fetch time if ``o`` reached the leader's log end, or
   at the previous fetch time if ``o`` reached what the leader's log end was then.
-* ISR: the leader drops a follower not caught up within ``replica.lag.time.max.ms`` and adds one
-  whose log end reached the high watermark and this epoch's start. The leader never leaves its
-  own ISR; only the controller empties it, by fencing the last member.
+* ISR: the leader drops a follower not caught up within ``replica.lag.time.max.ms``, unless the
+  log end it last reported is the leader's (Kafka's ``Replica.isCaughtUp``: so a follower that
+  stopped fetching stays while the partition is idle), and adds one whose log end reached the
+  high watermark and this epoch's start. The leader never leaves its own ISR; only the
+  controller empties it, by fencing the last member.
 * Eligible leader replicas (KIP-966, on by default since Kafka 4.1): while the ISR is smaller
   than the effective minimum, the replicas that left it (and the earlier ELR) stay eligible to
   lead, as the high watermark could not advance without them: ELR = (ELR + old ISR) - new ISR,
@@ -114,9 +116,16 @@ class Partition:
         listener: PartitionListener,
         now: float,
         logs: Mapping[int, ReplicaLog] | None = None,
+        isr: tuple[int, ...] | None = None,
     ) -> None:
+        """``isr`` (default: every replica) is the replicas whose brokers are active, in
+        assignment order; the first of them leads (Kafka's ``createTopic`` and
+        ``createPartitions`` leave fenced brokers out of a new partition's ISR)."""
         if not replicas or len(set(replicas)) != len(replicas):
             raise ValueError(f"replicas must be distinct broker ids, got {replicas}")
+        isr = replicas if isr is None else isr
+        if not isr or not set(isr) <= set(replicas):
+            raise ValueError(f"the ISR {isr} must be a non-empty subset of {replicas}")
         self.topic = topic
         self.index = index
         self.replicas = replicas
@@ -125,10 +134,10 @@ class Partition:
         )
         self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_s = replica_lag_time_max_s
-        self.leader = replicas[0]
+        self.leader = isr[0]
         self.leader_epoch = 0
         self.partition_epoch = 0
-        self.isr: tuple[int, ...] = replicas
+        self.isr: tuple[int, ...] = isr
         self.elr: tuple[int, ...] = ()
         """Eligible leader replicas (KIP-966), ascending as Kafka lists them."""
         self.last_known_elr: tuple[int, ...] = ()
@@ -349,10 +358,15 @@ class Partition:
         """Leader housekeeping: shrink the ISR by lag time, expire acks=all waiters."""
         if self.leader < 0:
             return
+        # Kafka's Replica.isCaughtUp: a follower whose last reported log end is the leader's
+        # stays, however long ago it fetched (an idle partition keeps a follower that stopped
+        # fetching until the leader appends; a stopped broker leaves when it is fenced).
+        leader_end = self.logs[self.leader].log_end_offset
         lagging = [
             r
             for r in self.isr
             if r != self.leader
+            and self._followers[r].log_end != leader_end
             and now - self._followers[r].last_caught_up > self.replica_lag_time_max_s
         ]
         if lagging:

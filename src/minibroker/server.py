@@ -13,7 +13,9 @@ notice stopped brokers, shrinks ISRs, expires waiting writes and drives the grou
 Faults act on this shell: a stopped broker's listener and connections close and its fetcher
 stops; an isolated broker's fetches to and from other brokers are cut (clients still reach it,
 and the controller still hears from it, as in the seed scenario where one leader keeps running
-with an ISR of itself); a slow broker applies each fetch ``delay`` after making it.
+with an ISR of itself); a slow broker applies each fetch ``delay`` after making it. A new delay,
+a stop or a start drops the fetch still delayed (a lost response: the follower asks again from
+the same offset), so the change applies at once.
 """
 
 from __future__ import annotations
@@ -99,8 +101,22 @@ class RequestContext:
         return self.connection.closed
 
     def respond(self, values: Mapping[str, Any]) -> None:
+        """Answer with ``values``. A response that cannot be encoded (a string over its int16
+        length, a bug) closes this connection alone, as Kafka's network thread does: the
+        caller may be answering many connections at once (a group's rebalance completing)."""
         cls = self.response_class
-        self.respond_frame(encode_response(cls, self.correlation_id, build(cls, values)))
+        try:
+            frame = encode_response(cls, self.correlation_id, build(cls, values))
+        except Exception:
+            logger.exception(
+                "Broker %d could not encode its %s v%d response",
+                self.broker_id,
+                API_NAMES.get(self.api_key, self.api_key),
+                self.api_version,
+            )
+            self.close_connection("could not encode the response")
+            return
+        self.respond_frame(frame)
 
     def respond_frame(self, frame: bytes) -> None:
         self.connection.fill_slot(self._slot, frame)
@@ -435,6 +451,9 @@ class ClusterRuntime:
         self._dirty: dict[int, set[Partition]] = {b: set() for b in broker_ids}
         self._fetch_scheduled: set[int] = set()
         self._fetch_in_flight: set[int] = set()
+        # Bumped when a broker's fetcher restarts (slowed, stopped, started): a delayed fetch
+        # made before lands as a lost response, so the new setting applies at once.
+        self._fetch_generation: dict[int, int] = dict.fromkeys(broker_ids, 0)
         self._watchers: dict[Partition, set[FetchWaiter]] = {}
         lag_s = settings.get_int("replica.lag.time.max.ms") / 1000
         session_s = settings.get_int("broker.session.timeout.ms") / 1000
@@ -581,7 +600,11 @@ class ClusterRuntime:
             if broker.replication_delay_s > 0:
                 self._fetch_in_flight.add(follower)
                 self.loop.call_later(
-                    broker.replication_delay_s, self._apply_delayed, follower, fetched
+                    broker.replication_delay_s,
+                    self._apply_delayed,
+                    follower,
+                    self._fetch_generation[follower],
+                    fetched,
                 )
                 return
             self._apply(follower, fetched)
@@ -592,12 +615,22 @@ class ClusterRuntime:
             if partition.apply_fetch(follower, result):
                 dirty.add(partition)  # the next fetch reports the new log end
 
-    def _apply_delayed(self, follower: int, fetched: list[tuple[Partition, FollowerFetch]]) -> None:
+    def _apply_delayed(
+        self, follower: int, generation: int, fetched: list[tuple[Partition, FollowerFetch]]
+    ) -> None:
+        if generation != self._fetch_generation[follower]:
+            return  # made before the fetcher restarted: its replacement is already running
         self._fetch_in_flight.discard(follower)
         if self._closed or not self.brokers[follower].running:
             return
         self._apply(follower, fetched)
         self._run_fetch(follower)
+
+    def _restart_fetcher(self, follower: int) -> None:
+        """Forget ``follower``'s delayed fetch: the fetch it made is lost (the follower asks
+        again from the same offset), so a new delay, or none, applies from its next fetch."""
+        self._fetch_generation[follower] += 1
+        self._fetch_in_flight.discard(follower)
 
     def refresh_followers(self, only: int | None = None) -> None:
         """Mark every followed partition for a fetch (idle followers report they are caught up)."""
@@ -655,6 +688,7 @@ class ClusterRuntime:
             raise BrokerStateError(f"broker {broker_id} is already stopped")
         broker.stop()
         self._dirty[broker_id].clear()
+        self._restart_fetcher(broker_id)
         self.controller.broker_stopped(broker_id, time.monotonic())
         self.groups.place_groups()
         logger.warning("Broker %d stopped (listener closed, connections dropped)", broker_id)
@@ -664,6 +698,7 @@ class ClusterRuntime:
         if broker.running:
             raise BrokerStateError(f"broker {broker_id} is already running")
         await broker.start()
+        self._restart_fetcher(broker_id)
         self.controller.broker_started(broker_id, time.monotonic())
         self.groups.place_groups()
         logger.warning("Broker %d started on %s:%d", broker_id, broker.host, broker.port)
@@ -685,5 +720,6 @@ class ClusterRuntime:
         if delay_ms < 0:
             raise BrokerStateError(f"delay_ms must be >= 0, got {delay_ms}")
         broker.replication_delay_s = delay_ms / 1000
+        self._restart_fetcher(broker_id)
         logger.warning("Broker %d replication delayed by %s ms", broker_id, delay_ms)
         self.refresh_followers(only=broker_id)

@@ -21,9 +21,11 @@ Backend method          Kafka (tests/realkafka)                      minibroker
                                                                      running
 ======================  ===========================================  ==========================
 
-A paused *follower* looks the same to a client on both (it leaves the ISR after the lag time);
-a paused *leader* does not (Kafka fences it and elects another, minibroker's keeps leading), so
-the scenarios pause only followers.
+A paused *follower* looks the same to a client on both once its leader has more than it last
+fetched (it leaves the ISR after the lag time; on an idle partition Kafka's leaves only when
+fenced, minibroker's never, so the scenarios write after a pause); a paused *leader* does not
+(Kafka fences it and elects another, minibroker's keeps leading), so the scenarios pause only
+followers.
 """
 
 from __future__ import annotations

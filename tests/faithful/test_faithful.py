@@ -50,6 +50,7 @@ def test_isr_shrinks_and_rejoins(backend: Backend) -> None:
     whole, shrunk = (1, 2, 3), (1, 2)
     assert outcome["ISRs seen"] == (whole, shrunk, whole, shrunk, whole)
     assert outcome["leader"] == 1
+    assert outcome["acks=all as broker 3 leaves the ISR"] == 0
     assert outcome["acks=all with ISR 2 of 3"] == 0
     # Out after the replica lag (3 s) or the broker session (4 s), whichever comes first.
     assert 2.0 < outcome.timing("shrink after pause") < 15.0

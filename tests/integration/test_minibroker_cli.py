@@ -81,6 +81,11 @@ def test_ctl_drives_a_cluster_started_in_another_process(
 
     leader = describe(port, "orders")["partitions"][0]["leader"]
     ctl(port, "isolate", str(leader))
+    # As on Kafka, followers that stop fetching leave the ISR once the leader has more than
+    # they last fetched (an idle partition keeps them).
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
+    producer.produce("orders", b"after the isolation", partition=0)
+    assert producer.flush(10) == 0
     deadline = time.monotonic() + 5
     while describe(port, "orders")["partitions"][0]["isr"] != [leader]:
         assert time.monotonic() < deadline, "the isolated leader's ISR did not shrink"

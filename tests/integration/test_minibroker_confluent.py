@@ -139,6 +139,40 @@ def test_group_of_two_shares_partitions_and_rebalances_when_one_leaves(cluster: 
         first.close()
 
 
+def test_a_group_instance_id_too_long_for_a_member_id_is_refused_alone(cluster: Cluster) -> None:
+    # A member id is `<group.instance.id>-<UUID>`, and a Kafka string holds 32,767 bytes: the
+    # broker refuses the join (INVALID_REQUEST) rather than admit a member it cannot name in
+    # anybody's answers, and the rest of the group is not held up.
+    cluster.create_topic("long-instance", partitions=2, replication_factor=3)
+    errors: list[KafkaError] = []
+    refused = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "long-instance",
+            "group.instance.id": "i" * 32_740,
+            "session.timeout.ms": 6000,
+            "error_cb": errors.append,
+        }
+    )
+    ordinary = _group_consumer(cluster, "long-instance")
+    refused.subscribe(["long-instance"])
+    ordinary.subscribe(["long-instance"])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (errors and len(ordinary.assignment()) == 2):
+            for consumer in (refused, ordinary):
+                msg = consumer.poll(0.05)
+                error = msg.error() if msg is not None else None
+                if error is not None:
+                    errors.append(error)
+        assert sorted(tp.partition for tp in ordinary.assignment()) == [0, 1]
+        assert KafkaError.INVALID_REQUEST in {e.code() for e in errors}, errors
+        assert refused.assignment() == []
+    finally:
+        refused.close()
+        ordinary.close()
+
+
 def test_restarted_consumer_resumes_from_its_committed_offset(cluster: Cluster) -> None:
     cluster.create_topic("resume", partitions=1, replication_factor=3)
     _produce(cluster, "resume", 100, acks="all")

@@ -41,7 +41,14 @@ class Wire:
     def send_frame(self, payload: bytes) -> None:
         self.sock.sendall(LEN.pack(len(payload)) + payload)
 
-    def encode(self, api_key: int, version: int, values: Mapping[str, Any]) -> bytes:
+    def encode(
+        self,
+        api_key: int,
+        version: int,
+        values: Mapping[str, Any],
+        *,
+        client_id: str = "wire-test",
+    ) -> bytes:
         cls = request_class(api_key, version)
         self.correlation_id += 1
         buffer = io.BytesIO()
@@ -49,7 +56,7 @@ class Wire:
             request_api_key=api_key,
             request_api_version=version,
             correlation_id=self.correlation_id,
-            client_id="wire-test",
+            client_id=client_id,
         )
         entity_writer(cls.__header_schema__)(buffer, header)
         entity_writer(cls)(buffer, build(cls, values))
@@ -75,6 +82,10 @@ class Wire:
 
     def call(self, api_key: int, version: int, values: Mapping[str, Any]) -> Any:
         self.send_frame(self.encode(api_key, version, values))
+        return self.receive(api_key, version)
+
+    def receive(self, api_key: int, version: int) -> Any:
+        """The response to the last request sent (for a request sent earlier and parked)."""
         frame = self.read_frame()
         assert frame is not None, "the broker closed the connection"
         cls = response_class(api_key, version)
@@ -546,6 +557,49 @@ def test_list_offsets_earliest_latest_and_by_timestamp(cluster: Cluster) -> None
         assert offset_for(base + 5) == 1  # inside the first batch
         assert offset_for(base + 20) == 2
         assert offset_for(base + 21) == -1
+    finally:
+        wire.close()
+
+
+def test_list_offsets_answers_a_repeated_partition_invalid_request_each_time(
+    cluster: Cluster,
+) -> None:
+    # Kafka's ListOffsetsRequest.duplicatePartitions, checked before anything else: even the
+    # same topic listed twice, or a partition the topic does not have.
+    cluster.create_topic("twice", partitions=2, replication_factor=1)
+    wire = leader_wire(cluster, "twice", 0)
+    try:
+        produce(wire, "twice", 0, batch([b"a"]))
+
+        def asked(partition: int, timestamp: int) -> dict[str, int]:
+            return {"partition_index": partition, "timestamp": timestamp}
+
+        response = wire.call(
+            2,
+            7,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {"name": "twice", "partitions": [asked(0, -1), asked(0, -2), asked(9, -1)]},
+                    {"name": "twice", "partitions": [asked(9, -1)]},
+                    {"name": "nope", "partitions": [asked(0, -1)]},
+                ],
+            },
+        )
+        answers = [
+            [(int(p.partition_index), p.error_code, int(p.offset)) for p in t.partitions]
+            for t in response.topics
+        ]
+        assert answers == [
+            [
+                (0, ErrorCode.invalid_request, -1),
+                (0, ErrorCode.invalid_request, -1),
+                (9, ErrorCode.invalid_request, -1),
+            ],
+            [(9, ErrorCode.invalid_request, -1)],
+            [(0, ErrorCode.unknown_topic_or_partition, -1)],
+        ]
     finally:
         wire.close()
 

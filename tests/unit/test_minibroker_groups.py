@@ -289,6 +289,34 @@ def test_member_id_required_round_trip() -> None:
     assert [(m.member_id, m.metadata) for m in second.members] == [(first.member_id, b"m")]
 
 
+def test_a_join_whose_member_id_would_not_fit_a_kafka_string_is_invalid_request() -> None:
+    # `<instance or client id>-<UUID>` must fit 32,767 UTF-8 bytes; 37 go to "-<UUID>".
+    coord, _ = make()
+
+    def join(instance: str | None, client_id: str = "c") -> int:
+        out = coord.join_group(
+            group_id=GROUP,
+            member_id="",
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=REBALANCE_MS,
+            require_known_member_id=True,
+            group_instance_id=instance,
+            client_id=client_id,
+        )
+        assert isinstance(out, JoinGroupResult)
+        return out.error_code
+
+    assert join("i" * 32_731) == GroupError.INVALID_REQUEST
+    assert join("é" * 16_366) == GroupError.INVALID_REQUEST  # bytes, not characters
+    assert join(None, client_id="c" * 32_731) == GroupError.INVALID_REQUEST
+    assert coord.describe_group(GROUP).state is GroupState.DEAD, "no group was made"
+    assert join(None, client_id="c" * 32_730) == GroupError.MEMBER_ID_REQUIRED
+    coord.tick()
+    assert join("i" * 32_730) == GroupError.NONE
+
+
 def test_old_join_versions_get_a_member_id_at_once() -> None:
     coord, _ = make()
     out = coord.join_group(
@@ -488,16 +516,20 @@ def test_commits_from_the_wrong_generation_or_member_are_refused() -> None:
         )[0].error_code
         == GroupError.UNKNOWN_MEMBER_ID
     )
-    # A group the coordinator has never seen has no generation 3.
-    assert (
-        coord.commit_offsets(
+    # A group the coordinator has never seen: GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION
+    # before (Kafka 4's OffsetMetadataManager.validateOffsetCommit).
+    for api_version, error in [
+        (9, GroupError.GROUP_ID_NOT_FOUND),
+        (8, GroupError.ILLEGAL_GENERATION),
+    ]:
+        results = coord.commit_offsets(
             group_id="other",
             member_id="m",
             generation_id=3,
             offsets=[OffsetToCommit(topic="orders", partition=0, offset=5)],
-        )[0].error_code
-        == GroupError.ILLEGAL_GENERATION
-    )
+            api_version=api_version,
+        )
+        assert results[0].error_code == error
     assert coord.fetch_offsets(GROUP, [("orders", 0)])[0].offset == -1
     assert coord.fetch_offsets("other") == ()
 
@@ -517,6 +549,31 @@ def test_standalone_consumers_commit_with_generation_minus_one() -> None:
     fetched = coord.fetch_offsets("manual", [("t", 0), ("t", 1)])
     assert [(o.offset, o.leader_epoch, o.metadata) for o in fetched] == [(10, 4, ""), (20, -1, "")]
     assert coord.describe_group("manual").state is GroupState.EMPTY
+
+
+def test_generation_minus_one_commits_to_an_empty_group_whatever_member_it_names() -> None:
+    # Kafka 4's ClassicGroup.validateOffsetCommit: the admin client and self-assigning
+    # consumers commit with generation -1, named or not, while nobody is in the group.
+    coord, _ = make()
+
+    def commit(group_id: str, member_id: str, instance: str | None = None) -> int:
+        [result] = coord.commit_offsets(
+            group_id=group_id,
+            member_id=member_id,
+            generation_id=-1,
+            offsets=[OffsetToCommit(topic="t", partition=0, offset=7)],
+            group_instance_id=instance,
+        )
+        return result.error_code
+
+    assert commit("unknown", "x") == GroupError.NONE
+    assert coord.describe_group("unknown").state is GroupState.EMPTY
+    assert commit("unknown", "x", instance="i") == GroupError.NONE
+    assert coord.fetch_offsets("unknown", [("t", 0)])[0].offset == 7
+    a = Consumer(coord, "a")
+    form_group(coord, [a])
+    assert commit(GROUP, "x") == GroupError.UNKNOWN_MEMBER_ID
+    assert commit(GROUP, a.member_id) == GroupError.ILLEGAL_GENERATION
 
 
 def test_commit_during_completing_rebalance_asks_to_wait_and_during_preparing_is_kept() -> None:

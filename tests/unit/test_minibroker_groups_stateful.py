@@ -297,17 +297,13 @@ class GroupMachine(RuleBasedStateMachine):
             generation_id=client.generation,
             offsets=[OffsetToCommit(topic="t", partition=index, offset=offset)],
         )
+        # Kafka 4: generation -1 commits to an empty (or unknown) group whoever it names.
         simple = client.generation < 0 and not client.member_id
-        if simple:
-            empty = before.state in (GroupState.EMPTY, GroupState.DEAD)
-            expected = GroupError.NONE if empty else GroupError.UNKNOWN_MEMBER_ID
+        if client.generation < 0 and before.state in (GroupState.EMPTY, GroupState.DEAD):
+            expected = GroupError.NONE
         elif before.state is GroupState.DEAD:
-            expected = (
-                GroupError.ILLEGAL_GENERATION
-                if client.generation >= 0
-                else GroupError.UNKNOWN_MEMBER_ID
-            )
-        elif not is_member:
+            expected = GroupError.GROUP_ID_NOT_FOUND  # v9, the default
+        elif simple or not is_member:
             expected = GroupError.UNKNOWN_MEMBER_ID
         elif client.generation != before.generation_id:
             expected = GroupError.ILLEGAL_GENERATION

@@ -111,6 +111,47 @@ def test_idle_followers_that_keep_fetching_stay_in_sync() -> None:
     assert partition.isr == (1, 2, 3)
 
 
+def test_a_follower_at_the_leaders_log_end_stays_however_long_ago_it_fetched() -> None:
+    # Kafka's Replica.isCaughtUp: leaderEndOffset == logEndOffset, or caught up recently.
+    partition, _ = new_partition()
+    append(partition, 2)
+    replicate(partition, 2, 0.1)
+    replicate(partition, 3, 0.1)
+    partition.tick(10.0)  # neither fetched since; nothing appended
+    assert partition.isr == (1, 2, 3)
+    append(partition, 1, acks=1, now=10.0)
+    partition.tick(10.0)  # the leader has more than they last fetched, 9.9 s ago
+    assert list(partition.isr) == [1]
+
+
+def test_a_new_partition_is_led_by_the_first_replica_of_its_isr() -> None:
+    partition = Partition(
+        topic="t",
+        index=0,
+        replicas=(1, 2, 3),
+        isr=(2, 3),
+        min_insync_replicas=2,
+        replica_lag_time_max_s=LAG_S,
+        listener=Recorder(),
+        now=0.0,
+    )
+    assert (partition.leader, partition.isr) == (2, (2, 3))
+    assert append(partition, 1) == ErrorCode.none
+    replicate(partition, 3, 0.0)
+    assert partition.high_watermark == 1  # replica 1 is not in the ISR: it holds nothing back
+    with pytest.raises(ValueError, match="subset"):
+        Partition(
+            topic="t",
+            index=0,
+            replicas=(1, 2),
+            isr=(3,),
+            min_insync_replicas=1,
+            replica_lag_time_max_s=LAG_S,
+            listener=Recorder(),
+            now=0.0,
+        )
+
+
 def test_slow_follower_catches_up_only_to_what_it_saw_before() -> None:
     partition, _ = new_partition(min_isr=1)
     append(partition, 1, now=0.0)

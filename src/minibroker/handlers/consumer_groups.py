@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from minibroker.groups import (
+    Completion,
     GroupConfig,
     GroupCoordinator,
     JoinGroupResult,
@@ -57,12 +58,15 @@ _NO_TRANSACTIONS = (
 _BATCHED_FIND_COORDINATOR = 4
 _BATCHED_LEAVE_GROUP = 3
 _NULLABLE_PROTOCOL_NAME = 7
+_TOP_LEVEL_FETCH_ERROR = 2  # OffsetFetch's group-level error_code field
 _GROUP_SETTINGS = (
     "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "offsets.topic.num.partitions",
 )
+# Turns a parked JoinGroup's or SyncGroup's result into its response's values.
+_ToValues = Callable[[Any], dict[str, Any]]
 
 
 class GroupService:
@@ -74,7 +78,8 @@ class GroupService:
         self.coordinator = GroupCoordinator(
             GroupConfig.from_broker_config(settings), clock=time.monotonic
         )
-        self._waiting: dict[Ticket, Callable[[JoinGroupResult | SyncGroupResult], None]] = {}
+        # A parked request: its context and how to turn its result into response values.
+        self._waiting: dict[Ticket, tuple[RequestContext, _ToValues]] = {}
         self._timer: Any = None
         self._closed = False
         # Which running broker serves each __consumer_offsets partition (-1: none), as the
@@ -108,25 +113,40 @@ class GroupService:
                 self.coordinator.load(offsets.index)
         self.settle()
 
-    def park(
-        self, ticket: Ticket, reply: Callable[[JoinGroupResult | SyncGroupResult], None]
-    ) -> None:
-        self._waiting[ticket] = reply
+    def park(self, ticket: Ticket, ctx: RequestContext, to_values: _ToValues) -> None:
+        self._waiting[ticket] = (ctx, to_values)
 
     def settle(self) -> None:
         if self._closed:
             return
-        for done in self.coordinator.tick():
-            reply = self._waiting.pop(done.ticket, None)
-            if reply is not None:
-                reply(done.result)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deadline = self.coordinator.next_deadline()
-        if deadline is not None:
-            delay = max(0.0, deadline - time.monotonic())
-            self._timer = self.cluster.loop.call_later(delay, self.settle)
+        try:
+            self._deliver(self.coordinator.tick())
+        finally:
+            # Re-armed whatever happened: a rebalance nobody sends requests to ends by a timer.
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            deadline = self.coordinator.next_deadline()
+            if deadline is not None:
+                delay = max(0.0, deadline - time.monotonic())
+                self._timer = self.cluster.loop.call_later(delay, self.settle)
+
+    def _deliver(self, completions: list[Completion]) -> None:
+        """Answer the parked requests in ``completions``. One failing answer closes its own
+        connection and costs the others nothing: the coordinator hands each completion out
+        only once."""
+        for done in completions:
+            parked = self._waiting.pop(done.ticket, None)
+            if parked is None:
+                continue
+            ctx, to_values = parked
+            if ctx.closed:
+                continue
+            try:
+                ctx.respond(to_values(done.result))
+            except Exception:
+                logger.exception("Answering a parked %s request failed", done.ticket.kind)
+                ctx.close_connection("internal error while answering a parked request")
 
     def tick(self, now: float) -> None:
         if not self._closed:
@@ -138,10 +158,7 @@ class GroupService:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for done in self.coordinator.shutdown():
-            reply = self._waiting.pop(done.ticket, None)
-            if reply is not None:
-                reply(done.result)
+        self._deliver(self.coordinator.shutdown())
 
 
 def _service(ctx: RequestContext) -> GroupService:
@@ -242,14 +259,6 @@ def _sync_values(result: SyncGroupResult) -> dict[str, Any]:
     }
 
 
-def _reply_later(ctx: RequestContext, to_values: Callable[[Any], dict[str, Any]]) -> Any:
-    def reply(result: JoinGroupResult | SyncGroupResult) -> None:
-        if not ctx.closed:
-            ctx.respond(to_values(result))
-
-    return reply
-
-
 def handle_join_group(ctx: RequestContext, request: Any) -> None:
     version = ctx.api_version
     if _not_coordinator(ctx, request.group_id):
@@ -279,7 +288,7 @@ def handle_join_group(ctx: RequestContext, request: Any) -> None:
         reason=getattr(request, "reason", None),
     )
     if isinstance(outcome, Ticket):
-        service.park(outcome, _reply_later(ctx, lambda r: _join_values(r, version)))
+        service.park(outcome, ctx, lambda r: _join_values(r, version))
     else:
         ctx.respond(_join_values(outcome, version))
     service.settle()
@@ -300,7 +309,7 @@ def handle_sync_group(ctx: RequestContext, request: Any) -> None:
         protocol_name=getattr(request, "protocol_name", None),
     )
     if isinstance(outcome, Ticket):
-        service.park(outcome, _reply_later(ctx, _sync_values))
+        service.park(outcome, ctx, _sync_values)
     else:
         ctx.respond(_sync_values(outcome))
     service.settle()
@@ -391,6 +400,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> None:
             generation_id=request.generation_id_or_member_epoch,
             offsets=offsets,
             group_instance_id=getattr(request, "group_instance_id", None),
+            api_version=ctx.api_version,
         ):
             errors[(result.topic, result.partition)] = result.error_code
         service.settle()
@@ -447,6 +457,25 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> None:
         ctx.respond({"throttle_time": 0, "groups": groups})
         return
     error, topics = _fetch_group(ctx, request.group_id, request.topics)
+    if error != ErrorCode.none and ctx.api_version < _TOP_LEVEL_FETCH_ERROR:
+        # v0/v1 have no group-level error: Kafka (OffsetFetchRequest.getErrorResponse) puts it
+        # on every partition asked for, with no offset.
+        topics = [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {
+                        "partition_index": int(p),
+                        "committed_offset": -1,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": error,
+                    }
+                    for p in topic.partition_indexes
+                ],
+            }
+            for topic in request.topics
+        ]
     ctx.respond({"throttle_time": 0, "topics": topics, "error_code": error})
 
 

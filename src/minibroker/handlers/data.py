@@ -8,6 +8,7 @@ offsets in place; Fetch returns whole stored batches joined into one records fie
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -289,6 +290,9 @@ _EARLIEST, _LATEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL = -2, -1, -3, -4
 
 def handle_list_offsets(ctx: RequestContext, request: Any) -> None:
     controller = ctx.cluster.controller
+    # A partition asked for twice gets INVALID_REQUEST in each place, before any other check
+    # (Kafka's ListOffsetsRequest.duplicatePartitions).
+    asked = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
     for list_topic in request.topics:
         topic = controller.topics.get(list_topic.name)
@@ -303,6 +307,9 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> None:
             }
             entries.append(entry)
             index = item.partition_index
+            if asked[(list_topic.name, index)] > 1:
+                entry["error_code"] = ErrorCode.invalid_request
+                continue
             if topic is None or not 0 <= index < len(topic.partitions):
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 continue
