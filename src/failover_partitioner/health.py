@@ -56,10 +56,11 @@ class TopicMetadata:
     """One metadata fetch for one topic, plus the configured min.insync.replicas.
 
     ``partitions`` is indexed by partition id. ``exists`` is False when the cluster answered
-    that the topic is unknown. ``min_isr_source`` says where ``min_insync_replicas`` came from:
-    ``"option"``, ``"topic"``, ``"broker"`` (the topic has no value of its own),
-    ``"broker-default"`` (the brokers' own value, assumed because the topic's configs may not
-    be read) or ``"default"`` (nothing known: 1).
+    that the topic is unknown, or (``refused``) refused to describe it: the client's principal
+    may not (TOPIC_AUTHORIZATION_FAILED). ``min_isr_source`` says where
+    ``min_insync_replicas`` came from: ``"option"``, ``"topic"``, ``"broker"`` (the topic has
+    no value of its own), ``"broker-default"`` (the brokers' own value, assumed because the
+    topic's configs may not be read) or ``"default"`` (nothing known: 1).
     """
 
     topic: str
@@ -68,6 +69,7 @@ class TopicMetadata:
     min_isr_source: str = "default"
     exists: bool = True
     fetched_at: float = 0.0
+    refused: bool = False
 
     def __post_init__(self) -> None:
         for index, p in enumerate(self.partitions):
@@ -133,6 +135,7 @@ class TopicView:
     quarantined: frozenset[int]
     exists: bool
     metadata_fetched_at: float
+    refused: bool = False  # the cluster refused to describe the topic (no DESCRIBE right)
     usable: tuple[int, ...] = field(init=False)
     healthy: tuple[int, ...] = field(init=False)
     at_risk: tuple[int, ...] = field(init=False)
@@ -177,6 +180,7 @@ class TopicView:
             quarantined=frozenset(q for q in quarantined if q < len(metadata.partitions)),
             exists=metadata.exists,
             metadata_fetched_at=metadata.fetched_at,
+            refused=metadata.refused,
         )
 
     @property

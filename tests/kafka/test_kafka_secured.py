@@ -40,6 +40,7 @@ from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.spark import write_to_kafka
 from tests.integration.test_reliability_mirror_crash import MirrorProcess
 from tests.kafka.support import FAULTY, new_topic, read_back, spread, wait_for, whole
+from tests.realkafka import security
 from tests.realkafka.cluster import KafkaCluster
 from tests.realkafka.jars import KafkaJars
 
@@ -368,6 +369,46 @@ def test_a_user_without_write_fails_each_asyncio_send_at_once_and_nothing_is_rer
     assert idle_cpu < 0.5, f"{idle_cpu:.2f} s of CPU in 3 idle seconds"
 
 
+@pytest.mark.parametrize("client", ["FailoverProducer", "AsyncFailoverProducer"])
+def test_a_topic_the_user_may_not_describe_ends_each_message_with_the_refusal(
+    cluster: KafkaCluster, client: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rights on another topic only (an ACL on the wrong name or prefix): the Metadata answer
+    for this one is TOPIC_AUTHORIZATION_FAILED. Each message ends with it, as the raw clients
+    end it at once; they were accepted and never ended (close() handed them back with no
+    error, the asyncio futures never resolved), the warning blaming bootstrap.servers."""
+    allowed, _ = new_topic(cluster, "allowed")
+    topic, _ = new_topic(cluster, "not-described")
+    user = user_with(cluster, [allowed], ["write", "describe"])
+    began = time.monotonic()
+    if client == "FailoverProducer":
+        outcomes: list[Any] = []
+        p = FailoverProducer({**cluster.client_settings(user, password(user)), "acks": "all"})
+        for i in range(5):
+            p.produce(topic, b"x-%d" % i, on_delivery=lambda e, m: outcomes.append(e))
+        assert p.flush(30) == 0
+        assert p.health(topic).refused
+        assert p.close() == []
+        codes = [e.code() for e in outcomes]
+        words = str(outcomes[0])
+    else:
+
+        async def run() -> list[BaseException | None]:
+            async with AsyncFailoverProducer(**aio_settings(cluster, user), acks="all") as ap:
+                futures = [await ap.send(topic, b"x-%d" % i) for i in range(5)]
+                done = await asyncio.gather(*futures, return_exceptions=True)
+                return [r if isinstance(r, BaseException) else None for r in done]
+
+        with logged_as_text("aiokafka"):  # its records hold the sockets of their tracebacks
+            ended = asyncio.run(asyncio.wait_for(run(), 60))
+        codes = [29 if "TopicAuthorizationFailed" in repr(e) else e for e in ended]
+        words = str(ended[0])
+    assert codes == [29] * 5
+    assert "needs DESCRIBE and WRITE" in words, words
+    assert time.monotonic() - began < 30
+    assert "bootstrap" not in caplog.text
+
+
 def test_a_wrong_password_is_named_as_an_authentication_failure(
     cluster: KafkaCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -386,9 +427,68 @@ def test_a_wrong_password_is_named_as_an_authentication_failure(
         p.health(topic)
     assert p.close() == []  # nothing was accepted, nothing is left
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len([e for e in errors if "refused this producer's credentials" in e]) == 1
+    assert len([e for e in errors if "the cluster refused the credentials" in e]) == 1
     for shown in (text, caplog.text):
         assert SECRET not in shown
+
+
+@pytest.mark.parametrize("client", ["FailoverProducer", "AsyncFailoverProducer"])
+def test_a_ca_that_did_not_sign_the_brokers_is_named_as_a_tls_handshake_failure(
+    cluster: KafkaCluster, client: str, tmp_path: Path
+) -> None:
+    """The message was accepted and waited for ever, the warning blaming bootstrap.servers
+    (sync); aiokafka's bare "Unable to bootstrap" (asyncio)."""
+    topic, _ = new_topic(cluster, "wrong-ca")
+    user = user_with(cluster, [topic], ["write", "describe"])
+    other_ca = str(security.make_tls(tmp_path).ca_pem)
+
+    def start() -> None:
+        if client == "FailoverProducer":
+            settings = {**cluster.client_settings(user, password(user)), "acks": "all"}
+            p = FailoverProducer({**settings, "ssl.ca.location": other_ca})
+            try:
+                p.produce(topic, b"x")  # not accepted: the caller still holds it
+            finally:
+                assert p.close(1) == []
+            return
+        context = ssl.create_default_context(cafile=other_ca)
+
+        async def run() -> None:
+            ap = AsyncFailoverProducer(**{**aio_settings(cluster, user), "ssl_context": context})
+            try:
+                await ap.start()
+            finally:
+                await ap.stop()
+
+        with logged_as_text("aiokafka"):
+            asyncio.run(run())
+
+    began = time.monotonic()
+    with pytest.raises(AuthenticationFailed) as raised:
+        start()
+    assert time.monotonic() - began < 15
+    text = str(raised.value)
+    assert "TLS handshake" in text, text
+    assert "certificate verify failed" in text, text
+    assert "ssl" in text.lower()
+    assert SECRET not in text
+
+
+def test_an_sasl_mechanism_the_cluster_does_not_take_is_named(cluster: KafkaCluster) -> None:
+    topic, _ = new_topic(cluster, "wrong-mechanism")
+    user = user_with(cluster, [topic], ["write", "describe"])
+    settings = {**aio_settings(cluster, user), "sasl_mechanism": "SCRAM-SHA-256"}
+
+    async def run() -> None:
+        ap = AsyncFailoverProducer(**settings)
+        try:
+            await ap.start()
+        finally:
+            await ap.stop()
+
+    with logged_as_text("aiokafka"), pytest.raises(AuthenticationFailed) as raised:
+        asyncio.run(run())
+    assert "does not take SASL mechanism 'SCRAM-SHA-256'" in str(raised.value)
 
 
 def test_a_wrong_password_stops_the_asyncio_producer_with_an_authentication_failure(

@@ -8,6 +8,7 @@ here.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from failover_partitioner import FailoverProducer
 from failover_partitioner._options import OPTION_DEFAULTS, OPTION_NAMES
 from failover_partitioner.errors import ConfigError
-from failover_partitioner.spark import factory
+from failover_partitioner.spark import factory, spec
 
 CONF = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -104,3 +105,15 @@ def test_good_settings_pass_without_a_client() -> None:
         CONF | {"acks": "all", "linger.ms": 5},
         {"strategy": "sticky", "max_in_flight": 1000, "min_insync_replicas": 2},
     )
+
+
+def test_the_cache_key_names_a_configuration_without_a_plain_hash_of_its_password() -> None:
+    """Workers log the key: a plain SHA-256 of the settings let anyone who read the logs and
+    knew the other settings test password guesses offline."""
+    secured = {**CONF, "sasl.username": "u", "sasl.password": "summer2024"}
+    key = spec.check_settings(secured, {}).cache_key
+    assert spec.check_settings(dict(secured), {}).cache_key == key  # one name, one config
+    other = {**secured, "sasl.password": "winter2024"}
+    assert spec.check_settings(other, {}).cache_key != key
+    plain = hashlib.sha256(spec._shippable(dict(secured), {})).hexdigest()[:24]
+    assert key != plain

@@ -370,3 +370,8 @@ def test_a_message_is_refused_for_its_size_exactly_when_aiokafka_s_estimate_is_o
             assert (msg.key, msg.value) == (key, value)
     finally:
         loop.close()
+
+
+def test_a_topic_the_cluster_refuses_to_describe_is_reported_refused() -> None:
+    answer = parse_partitions(_metadata([(29, "t", False, [])]), "t")
+    assert (answer.exists, answer.refused, answer.partitions) == (False, True, ())

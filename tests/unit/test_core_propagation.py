@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from failover_partitioner.choose import ChoiceOptions
-from failover_partitioner.core import NO_TOPIC, NO_TOPIC_YET, FailoverCore
+from failover_partitioner.core import NO_RIGHTS, NO_TOPIC, NO_TOPIC_YET, FailoverCore
 from failover_partitioner.health import PartitionMetadata, TopicMetadata
 from failover_partitioner.quarantine import QuarantinePolicy
 from retry_buffer import Entry, RetryBuffer
@@ -89,3 +89,21 @@ def test_with_no_window_a_missing_topic_ends_its_messages_at_once(
     assert c.route("nope", None) == NO_TOPIC
     assert caplog.records == []
     assert "not waited for" in c.missing("nope")
+
+
+def test_a_topic_the_cluster_refuses_to_describe_ends_its_messages_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No waiting window (the topic may exist: the principal may not see it), no fast watch,
+    one warning naming the rights; a grant later brings the topic back."""
+    c, _ = core(10.0)
+    refused = TopicMetadata(topic="secret", partitions=(), exists=False, refused=True)
+    with caplog.at_level(logging.WARNING, logger="failover_partitioner.core.engine"):
+        assert not c.metadata(refused).fast
+        assert c.route("secret", None) == NO_RIGHTS
+        assert c.route("secret", b"key") == NO_RIGHTS
+        assert not c.metadata(refused).changed
+    assert [r.getMessage() for r in caplog.records] == [c.refused("secret")]
+    assert "needs DESCRIBE and WRITE" in c.refused("secret")
+    assert c.metadata(view("secret", exists=True)).changed
+    assert 0 <= c.route("secret", None) < 3

@@ -50,11 +50,14 @@ def test_escaped_backslash_does_not_continue_the_line() -> None:
     assert parse_properties("path=c:\\\\\nnext=1") == {"path": "c:\\", "next": "1"}
 
 
-def test_bad_unicode_escape_names_file_and_line(tmp_path: Path) -> None:
+def test_bad_unicode_escape_names_file_and_line_and_shows_none_of_the_value(
+    tmp_path: Path,
+) -> None:
     f = tmp_path / "consumer.properties"
-    f.write_text("a=1\nb=\\u12\n")
-    with pytest.raises(MirrorConfigError, match=r"consumer\.properties:2: malformed \\uXXXX"):
+    f.write_text("a=1\nsasl.password=Tr0ub4dor\\uZZ&3-secret\n")
+    with pytest.raises(MirrorConfigError, match=r"consumer\.properties:2: malformed \\uXXXX") as e:
         load_properties(f)
+    assert "ZZ" not in str(e.value)  # four characters of the password were shown
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ retries (bounded by ``request_timeout_ms``) and warns.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -125,8 +126,7 @@ async def start_inner_producer(client_kwargs: Mapping[str, Any], name: str) -> t
             refusal = await login_refusal(client_kwargs)
             if refusal is not None:
                 raise AuthenticationFailed(
-                    f"{name}: no broker could be reached: the cluster refused the "
-                    f"credentials ({refusal}); nothing was sent"
+                    f"{name}: no broker could be reached: {refusal}; nothing was sent"
                 ) from None
         raise
     return inner, first_answer
@@ -149,12 +149,15 @@ _CONNECTION_KEYS = (
 
 
 async def login_refusal(client_kwargs: Mapping[str, Any]) -> str | None:
-    """Why the brokers refused to let this client log in, or None if they did not.
+    """Why the brokers refused to let this client log in (its credentials, its SASL mechanism,
+    or a TLS handshake: their certificate not trusted), with what to check; None if they did
+    not.
 
     aiokafka's bootstrap logs each broker's refusal and then raises only "Unable to bootstrap";
     one more connection to the first bootstrap server, with the same settings, gets the reason.
     """
-    if not str(client_kwargs.get("security_protocol", "")).startswith("SASL"):
+    protocol = str(client_kwargs.get("security_protocol", ""))
+    if not protocol.startswith("SASL") and protocol != "SSL":
         return None
     from aiokafka import errors
     from aiokafka.conn import create_conn  # type: ignore[import-untyped,unused-ignore]
@@ -166,7 +169,17 @@ async def login_refusal(client_kwargs: Mapping[str, Any]) -> str | None:
     try:
         conn = await create_conn(host or first, int(port or 9092), **settings)
     except (errors.SaslAuthenticationFailed, errors.AuthenticationFailedError) as exc:
-        return str(exc)
+        return f"the cluster refused the credentials ({exc})"
+    except errors.UnsupportedSaslMechanismError as exc:
+        return (
+            f"the cluster does not take SASL mechanism {client_kwargs.get('sasl_mechanism')!r} "
+            f"({exc}); check sasl_mechanism"
+        )
+    except ssl.SSLError as exc:
+        return (
+            f"the TLS handshake with the cluster failed ({exc}); check ssl_context (the CA that "
+            "signed the brokers' certificates)"
+        )
     except Exception:  # unreachable, or refused for another reason: not a login refusal
         return None
     conn.close()

@@ -42,6 +42,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC_OR_PART = 3
+_TOPIC_AUTHORIZATION_FAILED = 29
 _TOPIC_RESOURCE = 2
 _BROKER_RESOURCE = 4
 _TOPIC_AUTHORIZATION_FAILED = 29
@@ -74,6 +75,8 @@ def parse_partitions(response: Any, topic: str) -> PartitionsAnswer:
             continue
         if error_code == _UNKNOWN_TOPIC_OR_PART:
             return PartitionsAnswer(partitions=(), exists=False)
+        if error_code == _TOPIC_AUTHORIZATION_FAILED:
+            return PartitionsAnswer(partitions=(), exists=False, refused=True)
         if not partitions:
             raise MetadataUnavailable(
                 f"metadata for topic {topic!r} has no partitions (error code {error_code})"

@@ -34,6 +34,7 @@ from typing import Any
 
 from aiokafka.errors import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     MessageSizeTooLargeError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 from aiokafka.record.default_records import (  # type: ignore[import-untyped,unused-ignore]
@@ -70,6 +71,7 @@ from failover_partitioner.aio._stopping import (
 )
 from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import (
+    NO_RIGHTS,
     NO_TOPIC,
     FailoverCore,
     ProducerStatistics,
@@ -413,6 +415,8 @@ class AsyncFailoverProducer(Stopping):
         if p < 0:
             if p == NO_TOPIC:
                 core.end(msg, UnknownTopicOrPartitionError(core.missing(topic)))
+            elif p == NO_RIGHTS:
+                core.end(msg, TopicAuthorizationFailedError(core.refused(topic)))
             elif core.hold(msg, topic, p):
                 self._retry_wake.set()
             return

@@ -37,6 +37,21 @@ from failover_partitioner.errors import AuthenticationFailed, FailoverError, Met
 logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
 
 
+# A login the cluster refused, told only through error_cb: what it is, what to check.
+_LOGIN_REFUSALS = {
+    confluent_kafka.KafkaError._AUTHENTICATION: (
+        "the cluster refused the credentials",
+        "check sasl.username, sasl.password and sasl.mechanisms (nothing is sent until they "
+        "are right)",
+    ),
+    confluent_kafka.KafkaError._SSL: (
+        "the TLS handshake with the cluster failed",
+        "check ssl.ca.location (the CA that signed the brokers' certificates) and the "
+        "client's own ssl.* settings (nothing is sent until it succeeds)",
+    ),
+}
+
+
 class Clients(ProducerState):
     """The confluent-kafka clients underneath, and the calls into them."""
 
@@ -65,24 +80,20 @@ class Clients(ProducerState):
         return solo
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
-        if err.code() == confluent_kafka.KafkaError._AUTHENTICATION:
+        told = _LOGIN_REFUSALS.get(err.code())
+        if told is not None:
             if self._auth_error is None:
-                logger.error(
-                    "the cluster refused this producer's credentials: %s; check sasl.username, "
-                    "sasl.password and sasl.mechanisms (nothing is sent until they are right)",
-                    err.str(),
-                )
-            self._auth_error = err.str()
+                logger.error("%s: %s; %s", told[0], err.str(), told[1])
+            self._auth_error = f"{told[0]} ({err.str()})"
         if self._user_error_cb is not None:
             self._user_error_cb(err)
 
     def _raise_if_refused(self, exc: MetadataUnavailable) -> None:
-        """Raise AuthenticationFailed instead of ``exc`` when a refused login is the cause."""
+        """Raise AuthenticationFailed instead of ``exc`` when a refused login (credentials, or
+        a TLS handshake: the brokers' certificate not trusted) is the cause."""
         self._poll_client(0)  # serves error_cb: a refused login is told only there
         if self._auth_error is not None:
-            raise AuthenticationFailed(
-                f"{exc}: the cluster refused the credentials ({self._auth_error})"
-            ) from exc
+            raise AuthenticationFailed(f"{exc}: {self._auth_error}") from exc
 
     def _others(self) -> tuple[Any, ...]:
         """The clients beside the main one that exist: the quiet one, the solo one."""

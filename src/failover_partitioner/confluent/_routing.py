@@ -34,7 +34,13 @@ from failover_partitioner.confluent._shared import (
     _rebuildable,
     _Record,
 )
-from failover_partitioner.core import NO_TOPIC, check_partition, check_timestamp, check_topic
+from failover_partitioner.core import (
+    NO_RIGHTS,
+    NO_TOPIC,
+    check_partition,
+    check_timestamp,
+    check_topic,
+)
 from failover_partitioner.errors import (
     REFUSED_RIGHTS,
     ProducerClosed,
@@ -332,6 +338,10 @@ class Routing(Delivering):
             if p == NO_TOPIC:
                 error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, self._core.missing(topic))
                 self._fail_finally(rec, error)
+                return
+            if p == NO_RIGHTS:
+                refused = self._core.refused(topic)
+                self._fail_finally(rec, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, refused))
                 return
             self._wait(rec, p)
             return

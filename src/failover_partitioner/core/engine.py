@@ -14,8 +14,9 @@ event (the shell calls)                     answer (the shell then ...)
 ``route(topic, key, nbytes, prefer)``       a partition (send there), ``CLIENT_PARTITIONER``
                                             (the client places it), ``NO_PARTITION`` /
                                             ``NO_METADATA`` / ``NO_TOPIC_YET`` (:meth:`hold`
-                                            it), ``NO_TOPIC`` (:meth:`end` it, with
-                                            :meth:`missing`'s words)
+                                            it), ``NO_TOPIC`` / ``NO_RIGHTS`` (:meth:`end`
+                                            it, with :meth:`missing`'s / :meth:`refused`'s
+                                            words)
 ``heed(topic, partition, ec)``: an attempt  :class:`Heed`: the partition was quarantined (watch
 to it failed                                it closely, leave the healthy path); ask metadata
 ``unreachable(broker)``: the client could   the topics some of whose partitions (those it
@@ -90,6 +91,12 @@ own error for it, worded by :meth:`FailoverCore.missing`)."""
 NO_TOPIC_YET: Final = -5
 """``route``: the cluster does not list the topic, within its propagation window (a topic just
 created reaches each broker a moment apart): the message waits (:meth:`FailoverCore.hold`)."""
+
+NO_RIGHTS: Final = -6
+"""``route``: the cluster refuses to describe the topic (TOPIC_AUTHORIZATION_FAILED in its
+metadata: no DESCRIBE right): the message ends (:meth:`FailoverCore.end`, with the shell's
+client's authorization error, worded by :meth:`FailoverCore.refused`), as the raw clients end
+it at once."""
 
 
 class Buffer(Protocol[E]):
@@ -230,7 +237,9 @@ class FailoverCore(Generic[E]):
                     self._propagated_by[topic] = self._clock() + self.propagation_s
                     self.topics[topic] = state
                     self.choosers[topic] = state.chooser
-                    if not md.exists and self.propagation_s:
+                    if md.refused:
+                        logger.warning("%s", self.refused(topic))
+                    elif not md.exists and self.propagation_s:
                         logger.warning(
                             "topic %s is not in the cluster's metadata; its messages wait up "
                             "to %g s (topic_propagation_max_s) for it to appear",
@@ -244,6 +253,8 @@ class FailoverCore(Generic[E]):
         released, changed = state.apply_metadata(md, self._clock())
         if md.exists and not old.exists:
             logger.info("topic %s is now in the cluster's metadata", topic)
+        if md.refused and not old.refused:
+            logger.warning("%s", self.refused(topic))
         if released:
             logger.info("partitions %s of %s released from quarantine", released, topic)
         # (Leaders can have moved only in a view that changed.)
@@ -254,8 +265,9 @@ class FailoverCore(Generic[E]):
 
     def _fast(self, state: TopicState) -> bool:
         """Watch the topic closely: something is out of use, or it may yet appear."""
+        md = state.metadata
         return state.wants_fast_refresh or (
-            not state.metadata.exists and self._waits_for(state.metadata.topic)
+            not md.exists and not md.refused and self._waits_for(md.topic)
         )
 
     def _waits_for(self, topic: str) -> bool:
@@ -272,6 +284,16 @@ class FailoverCore(Generic[E]):
         return (
             f"topic {topic!r} does not exist (per cluster metadata, {waited}: "
             "topic_propagation_max_s); create it, or check its name"
+        )
+
+    def refused(self, topic: str) -> str:
+        """What a message for a topic the cluster refuses to describe ends with
+        (``NO_RIGHTS``)."""
+        return (
+            f"the cluster refuses to describe topic {topic!r} (TOPIC_AUTHORIZATION_FAILED): "
+            "the client's principal needs DESCRIBE and WRITE on it; grant them (an ACL on "
+            "the topic or a prefix of it), or check the topic's name. Its messages fail "
+            "finally until then"
         )
 
     # -- routing ----------------------------------------------------------------------------
@@ -291,6 +313,8 @@ class FailoverCore(Generic[E]):
         else:
             p = chooser.keyed(key)
         if p == NO_PARTITION and not chooser.view.exists:
+            if chooser.view.refused:
+                return NO_RIGHTS
             return NO_TOPIC_YET if self._waits_for(topic) else NO_TOPIC
         return p
 

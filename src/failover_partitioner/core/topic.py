@@ -203,6 +203,7 @@ class TopicState:
                 or md.partitions != old.partitions
                 or md.min_insync_replicas != old.min_insync_replicas
                 or md.exists != old.exists
+                or md.refused != old.refused
             ):
                 self.rebuild()
                 return released, True

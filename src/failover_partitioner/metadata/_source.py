@@ -12,10 +12,12 @@ __all__ = ["MetadataSource", "MinIsr", "PartitionsAnswer"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionsAnswer:
-    """A topic's partitions as one metadata response gave them (``exists`` False: unknown)."""
+    """A topic's partitions as one metadata response gave them (``exists`` False: unknown;
+    ``refused``: the cluster refused to describe it, TOPIC_AUTHORIZATION_FAILED)."""
 
     partitions: tuple[PartitionMetadata, ...]
     exists: bool = True
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

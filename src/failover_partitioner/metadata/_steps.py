@@ -102,6 +102,7 @@ def topic_metadata(
         min_isr_source=min_isr.source,
         exists=answer.exists,
         fetched_at=now,
+        refused=answer.refused,
     )
 
 

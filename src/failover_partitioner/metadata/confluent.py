@@ -89,6 +89,8 @@ class ConfluentMetadataSource:
             return PartitionsAnswer(partitions=(), exists=False)
         if t.error is not None and t.error.code() in _UNKNOWN_TOPIC_CODES:
             return PartitionsAnswer(partitions=(), exists=False)
+        if t.error is not None and t.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            return PartitionsAnswer(partitions=(), exists=False, refused=True)
         if not t.partitions:
             raise MetadataUnavailable(
                 f"metadata for topic {topic!r} has no partitions (error: {t.error})"

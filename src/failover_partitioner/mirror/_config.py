@@ -93,8 +93,9 @@ def _unescape(raw: str, source: str, lineno: int) -> str:
             digits = raw[i + 2 : i + 6]
             if len(digits) != 4 or any(c not in string.hexdigits for c in digits):
                 raise MirrorConfigError(
-                    f"{source}:{lineno}: malformed \\uXXXX escape {raw[i : i + 6]!r}; "
-                    "write four hex digits after \\u"
+                    f"{source}:{lineno}: malformed \\uXXXX escape at character {i + 1} of "
+                    "the value (not shown: it may be a password); write four hex digits "
+                    "after \\u"
                 )
             out.append(chr(int(digits, 16)))
             i += 6

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 import pickle
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -22,6 +24,10 @@ _dumps = cast(Callable[..., bytes], cloudpickle.dumps)
 # The writer needs each row's own outcome; a delivery callback in the client config would
 # either be bypassed or run on an executor nobody watches.
 _REJECTED_KEYS = ("on_delivery", "on.delivery", "dr_cb", "dr_msg_cb")
+# The cache key is a keyed hash of the settings, passwords included, and workers log it: a
+# plain hash would let whoever reads the logs and knows the other settings test password
+# guesses offline. This driver process's own key: one configuration, one name, within a job.
+_CACHE_KEY_SECRET = secrets.token_bytes(32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,7 +92,7 @@ def check_settings(
     return ProducerSettings(
         producer_config=config,
         failover_options=options,
-        cache_key=hashlib.sha256(payload).hexdigest()[:24],
+        cache_key=hmac.new(_CACHE_KEY_SECRET, payload, hashlib.sha256).hexdigest()[:24],
     )
 
 
