@@ -174,7 +174,18 @@ class ProducerMetrics:
         if http_port is not None:
             from prometheus_client import start_http_server
 
-            server, _thread = start_http_server(http_port, addr=http_addr, registry=self.registry)
+            try:
+                server, _thread = start_http_server(
+                    http_port, addr=http_addr, registry=self.registry
+                )
+            except OSError as e:
+                # Undone, so that the same producer may be created again with another port.
+                collector.remove(name)
+                raise OSError(
+                    e.errno,
+                    f"cannot serve metrics on {http_addr}:{http_port}: {e.strerror or e}; "
+                    "choose a free metrics_port (0 picks one) or another metrics_addr",
+                ) from e
             self._server = server
             self.http_port = int(server.server_address[1])
 

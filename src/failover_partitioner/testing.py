@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 __all__ = ["METADATA_API_KEY", "PRODUCE_API_KEY", "MockCluster"]
 
@@ -106,7 +107,12 @@ def _get_lib() -> ctypes.CDLL:
 
 
 class MockCluster:
-    """A librdkafka mock cluster of ``brokers`` brokers (ids 1..N) on 127.0.0.1."""
+    """A librdkafka mock cluster of ``brokers`` brokers (ids 1..N) on 127.0.0.1.
+
+    After :meth:`close` (a second one does nothing) every method raises RuntimeError: the mock
+    handle is freed then, and a call through it would read freed memory. Calls are serialized
+    with :meth:`close` so that none can run into the destroyed handle.
+    """
 
     def __init__(self, brokers: int = 3) -> None:
         if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
@@ -127,10 +133,32 @@ class MockCluster:
         self.brokers = brokers
         self.bootstrap_servers: str = lib.rd_kafka_mock_cluster_bootstraps(self._mc).decode()
         self._closed = False
+        # Held around every call into the mock and around its destruction.
+        self._lock = threading.RLock()
+        # failing_produce blocks still running: close() stops their threads first.
+        self._top_ups: set[tuple[threading.Event, threading.Thread]] = set()
+
+    def _call(self, method: str, function: str, *args: Any) -> Any:
+        """``function(mock cluster, *args)`` from librdkafka, refused once closed."""
+        with self._lock:
+            self._refuse_if_closed(method)
+            # A c_void_p, not the bare int: the variadic error push has no argtypes to convert.
+            return getattr(self._lib, function)(ctypes.c_void_p(self._mc), *args)
+
+    def _refuse_if_closed(self, method: str) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"MockCluster.{method}() called after close(): the mock cluster is gone; "
+                "create a new MockCluster"
+            )
 
     def create_topic(self, name: str, partitions: int, replication_factor: int = 3) -> None:
-        err = self._lib.rd_kafka_mock_topic_create(
-            self._mc, name.encode(), partitions, min(replication_factor, self.brokers)
+        err = self._call(
+            "create_topic",
+            "rd_kafka_mock_topic_create",
+            name.encode(),
+            partitions,
+            min(replication_factor, self.brokers),
         )
         if err:
             raise RuntimeError(f"mock topic_create({name!r}) failed with error {err}")
@@ -139,15 +167,15 @@ class MockCluster:
         self, broker_id: int, error_code: int, count: int, *, api_key: int = PRODUCE_API_KEY
     ) -> None:
         """The next ``count`` requests of ``api_key`` to ``broker_id`` fail with the error."""
-        fn = self._lib.rd_kafka_mock_broker_push_request_error_rtts
         chunk = 64
         while count > 0:
             n = min(chunk, count)
             args: list[object] = []
             for _ in range(n):
                 args += [ctypes.c_int(error_code), ctypes.c_int(0)]
-            err = fn(
-                ctypes.c_void_p(self._mc),
+            err = self._call(
+                "push_broker_errors",
+                "rd_kafka_mock_broker_push_request_error_rtts",
                 ctypes.c_int32(broker_id),
                 ctypes.c_int16(api_key),
                 ctypes.c_size_t(n),
@@ -159,15 +187,19 @@ class MockCluster:
 
     def broker_errors_left(self, broker_id: int, *, api_key: int = PRODUCE_API_KEY) -> int:
         cnt = ctypes.c_size_t(0)
-        err = self._lib.rd_kafka_mock_broker_error_stack_cnt(
-            self._mc, broker_id, api_key, ctypes.byref(cnt)
+        err = self._call(
+            "broker_errors_left",
+            "rd_kafka_mock_broker_error_stack_cnt",
+            broker_id,
+            api_key,
+            ctypes.byref(cnt),
         )
         if err:
             raise RuntimeError(f"mock broker_error_stack_cnt failed with error {err}")
         return int(cnt.value)
 
     def clear_errors(self, api_key: int = PRODUCE_API_KEY) -> None:
-        self._lib.rd_kafka_mock_clear_request_errors(self._mc, api_key)
+        self._call("clear_errors", "rd_kafka_mock_clear_request_errors", api_key)
 
     @contextmanager
     def failing_produce(
@@ -179,52 +211,68 @@ class MockCluster:
         queued. A broker's queue cannot be cleared: after the block the remaining errors (at
         most ``keep``) still answer that many requests.
         """
+        self._refuse_if_closed("failing_produce")
         stop = threading.Event()
         self.push_broker_errors(broker_id, error_code, keep)
 
         def top_up() -> None:
             while not stop.wait(check_s):
-                left = self.broker_errors_left(broker_id)
-                if left < keep:
-                    self.push_broker_errors(broker_id, error_code, keep - left)
+                try:
+                    left = self.broker_errors_left(broker_id)
+                    if left < keep:
+                        self.push_broker_errors(broker_id, error_code, keep - left)
+                except RuntimeError:
+                    if self._closed:  # a close() from another thread won the race: done
+                        return
+                    raise
 
         thread = threading.Thread(target=top_up, name=f"mock-fail-{broker_id}", daemon=True)
+        entry = (stop, thread)
+        with self._lock:
+            self._top_ups.add(entry)
         thread.start()
         try:
             yield
         finally:
             stop.set()
             thread.join()
+            with self._lock:
+                self._top_ups.discard(entry)
 
     def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
-        err = self._lib.rd_kafka_mock_partition_set_leader(
-            self._mc, topic.encode(), partition, broker_id
+        err = self._call(
+            "set_leader",
+            "rd_kafka_mock_partition_set_leader",
+            topic.encode(),
+            partition,
+            broker_id,
         )
         if err:
             raise RuntimeError(f"mock partition_set_leader failed with error {err}")
 
     def broker_down(self, broker_id: int) -> None:
-        self._lib.rd_kafka_mock_broker_set_down(self._mc, broker_id)
+        self._call("broker_down", "rd_kafka_mock_broker_set_down", broker_id)
 
     def broker_up(self, broker_id: int) -> None:
-        self._lib.rd_kafka_mock_broker_set_up(self._mc, broker_id)
+        self._call("broker_up", "rd_kafka_mock_broker_set_up", broker_id)
 
     def delay_broker(self, broker_id: int, rtt_ms: int) -> None:
         """Every answer of ``broker_id`` comes ``rtt_ms`` late (0: on time again). A long delay
         is a hung broker: its connections stay open and nothing is answered, as with a
         SIGSTOPped one (librdkafka's client only notices when a request times out)."""
-        err = self._lib.rd_kafka_mock_broker_set_rtt(self._mc, broker_id, rtt_ms)
+        err = self._call("delay_broker", "rd_kafka_mock_broker_set_rtt", broker_id, rtt_ms)
         if err:
             raise RuntimeError(f"mock broker_set_rtt failed with error {err}")
 
     def track_requests(self) -> None:
         """Record every request the brokers receive from now on (see :meth:`requests`)."""
-        self._lib.rd_kafka_mock_start_request_tracking(self._mc)
+        self._call("track_requests", "rd_kafka_mock_start_request_tracking")
 
     def requests(self) -> list[tuple[int, int]]:
         """(broker id, ApiKey) of each request received since :meth:`track_requests`."""
         cnt = ctypes.c_size_t(0)
-        array = self._lib.rd_kafka_mock_get_requests(self._mc, ctypes.byref(cnt))
+        array = self._call("requests", "rd_kafka_mock_get_requests", ctypes.byref(cnt))
+        # The array is ours (copies), valid after a close() too, until destroyed here.
         try:
             lib = self._lib
             return [
@@ -239,11 +287,19 @@ class MockCluster:
                 self._lib.rd_kafka_mock_request_destroy_array(array, cnt)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._lib.rd_kafka_mock_cluster_destroy(self._mc)
-        self._lib.rd_kafka_destroy(self._rk)
+        """Destroy the mock cluster; a second call does nothing. A ``failing_produce`` block
+        still open is stopped first (its thread would call into the destroyed mock)."""
+        with self._lock:
+            top_ups = list(self._top_ups)
+        for stop, thread in top_ups:
+            stop.set()
+            thread.join()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._lib.rd_kafka_mock_cluster_destroy(self._mc)
+            self._lib.rd_kafka_destroy(self._rk)
 
     def __enter__(self) -> MockCluster:
         return self

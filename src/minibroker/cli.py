@@ -20,8 +20,9 @@ import os
 import signal
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from minibroker.errors import MinibrokerError
@@ -30,16 +31,35 @@ __all__ = ["format_describe", "main"]
 
 DEFAULT_CONTROL_PORT = 9700
 _SIGPIPE_EXIT = 128 + signal.SIGPIPE
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _key_values(pairs: Sequence[str]) -> dict[str, str]:
     parsed = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--config expects key=value, got {pair!r}")
+        if not sep or not key.strip():
+            raise ValueError(f"--config expects KEY=VALUE, got {pair!r}")
         parsed[key.strip()] = value.strip()
     return parsed
+
+
+def _port_type(lowest: int) -> Callable[[str], int]:
+    """An argparse type: a TCP port from ``lowest`` to 65535 (0 lets the system pick one)."""
+
+    def port(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+        if not lowest <= value <= 65535:
+            raise argparse.ArgumentTypeError(
+                f"{value} is not a TCP port number: give {lowest} to 65535"
+                + (" (0 picks a free one)" if lowest == 0 else "")
+            )
+        return value
+
+    return port
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -49,7 +69,7 @@ async def _run(args: argparse.Namespace) -> int:
     ports = [args.port + i for i in range(args.brokers)] if args.port else None
     cluster = AsyncCluster(
         args.brokers,
-        _key_values(args.config),
+        args.config_values,
         host=args.host,
         ports=ports,
         profile=args.profile,
@@ -141,18 +161,23 @@ def _ctl(args: argparse.Namespace) -> int:
                 "name": args.name,
                 "partitions": args.partitions,
                 "replication_factor": args.replication_factor,
-                "config": _key_values(args.config),
+                "config": args.config_values,
             },
         )
         print(f"created topic {args.name}")
     elif command == "delete-topic":
-        _request(port, "DELETE", f"/topics/{args.name}")
+        _request(port, "DELETE", f"/topics/{_quoted(args.name)}")
         print(f"deleted topic {args.name}")
     else:
-        path = "/describe" + (f"?topic={args.topic}" if args.topic else "")
+        path = "/describe" + (f"?topic={_quoted(args.topic)}" if args.topic else "")
         described = _request(port, "GET", path)
         print(json.dumps(described, indent=2) if args.json else format_describe(described))
     return 0
+
+
+def _quoted(name: str) -> str:
+    """A topic name as one URL path segment or query value: a space or '/' cannot break it."""
+    return urllib.parse.quote(name, safe="")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -162,10 +187,18 @@ def _parser() -> argparse.ArgumentParser:
     start = commands.add_parser("start", help="run a cluster until Ctrl-C or SIGTERM")
     start.add_argument("--brokers", type=int, default=3)
     start.add_argument(
-        "--port", type=int, default=0, help="first broker port (next ones follow); default: any"
+        "--port",
+        type=_port_type(0),
+        default=0,
+        help="first broker port (next ones follow); default: any",
     )
     start.add_argument("--host", default="127.0.0.1")
-    start.add_argument("--control-port", type=int, default=DEFAULT_CONTROL_PORT)
+    start.add_argument(
+        "--control-port",
+        type=_port_type(0),
+        default=DEFAULT_CONTROL_PORT,
+        help="port of the HTTP control endpoint `ctl` talks to (0: any, printed)",
+    )
     start.add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE", help="broker setting"
     )
@@ -175,10 +208,12 @@ def _parser() -> argparse.ArgumentParser:
         default="fast",
         help="defaults of the timing settings: fast (tests) or Kafka's own",
     )
-    start.add_argument("--log-level", default="INFO")
+    start.add_argument(
+        "--log-level", type=str.upper, choices=_LOG_LEVELS, default="INFO", help="of stderr"
+    )
 
     ctl = commands.add_parser("ctl", help="drive a running cluster")
-    ctl.add_argument("--control-port", type=int, default=DEFAULT_CONTROL_PORT)
+    ctl.add_argument("--control-port", type=_port_type(1), default=DEFAULT_CONTROL_PORT)
     actions = ctl.add_subparsers(dest="command", required=True)
     for name in ("stop-broker", "start-broker", "isolate", "heal"):
         actions.add_parser(name).add_argument("broker", type=int)
@@ -199,7 +234,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        args.config_values = _key_values(getattr(args, "config", None) or [])
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2, as for every other bad argument
+    if args.mode == "start" and sys.version_info < (3, 11):
+        # Its protocol library, kio, needs 3.11 (pyproject.toml); `ctl` only speaks HTTP.
+        print(
+            "minibroker: minibroker start needs Python 3.11 or later "
+            f"(this is {sys.version_info[0]}.{sys.version_info[1]}); run it with Python 3.11+",
+            file=sys.stderr,
+        )
+        return 2
     if args.mode == "ctl":
         try:
             code = _ctl(args)
@@ -213,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _SIGPIPE_EXIT
         return code
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import logging
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from minibroker.cluster import AsyncCluster
 from minibroker.errors import MinibrokerError, TopicError
@@ -46,7 +46,7 @@ async def handle(
 ) -> tuple[int, dict[str, Any]]:
     """Route one request; returns (HTTP status, JSON payload)."""
     url = urlsplit(target)
-    parts = [p for p in url.path.split("/") if p]
+    parts = [unquote(p) for p in url.path.split("/") if p]  # a topic name is quoted
     try:
         payload = json.loads(body) if body else {}
         if not isinstance(payload, dict):

@@ -435,7 +435,7 @@ def test_metrics_count_what_happened(healthy: Cluster) -> None:
             assert registry.get_sample_value("failover_produced_total", labels) == 20
             assert registry.get_sample_value("failover_delivered_total", labels) == 20
             healthy_now = registry.get_sample_value(
-                "failover_partitions", {**labels, "topic": "metrics", "state": "HEALTHY"}
+                "failover_partitions", {**labels, "topic": "metrics", "state": "healthy"}
             )
             assert healthy_now == 3
 

@@ -7,13 +7,18 @@ short duration so the whole file stays well under a minute.
 from __future__ import annotations
 
 import json
+import signal
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from failover_partitioner.demo import cli as demo_cli
 from failover_partitioner.demo import main
+from failover_partitioner.demo.cluster import DemoError, EmbeddedCluster
 from minibroker import Cluster
 
 REQUIRED = {
@@ -135,3 +140,144 @@ def test_an_unreachable_bootstrap_is_reported(
     )
     assert code == 2
     assert "cannot reach the cluster at '127.0.0.1:1'" in capsys.readouterr().out
+
+
+def demo_process(*args: str) -> subprocess.Popen[str]:
+    """``failover-demo`` in a process of its own, its stdout and stderr piped to the test."""
+    return subprocess.Popen(
+        [sys.executable, "-c", DEMO, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+DEMO = "import sys; from failover_partitioner.demo import main; sys.exit(main(sys.argv[1:]))"
+
+
+@pytest.mark.parametrize("option", ["--plot", "--report"])
+def test_an_output_file_that_cannot_be_written_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    target = a_file / "out"
+    assert main(["--duration", "2", option, str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"failover-demo: {option} {target}: {a_file} is a file, not a folder; give" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("topic", ["bad/topic", "t" * 300])
+def test_an_illegal_topic_name_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], topic: str
+) -> None:
+    assert main(["--duration", "2", "--no-plot", "--topic", topic]) == 2
+    err = capsys.readouterr().err
+    assert f"failover-demo: --topic {topic!r} is not a legal Kafka topic name" in err
+
+
+def test_a_topic_the_embedded_cluster_refuses_is_a_demo_error() -> None:
+    cluster = EmbeddedCluster()
+    try:
+        cluster.prepare_topic("taken")
+        with pytest.raises(DemoError, match=r"cannot create topic 'taken' .*; choose another"):
+            cluster.prepare_topic("taken")
+    finally:
+        cluster.close()
+
+
+def test_a_plot_that_cannot_be_written_still_leaves_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check before the run passed; the folder went away meanwhile (simulated)."""
+    monkeypatch.setattr(demo_cli, "check_writable", lambda *args, **kwargs: None)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    plot = a_file / "demo.png"
+    report = tmp_path / "report.json"
+    args = ["--duration", "2", "--rate", "5", "--plot", str(plot), "--report", str(report)]
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    # A 2 s run's fault window, 30 % to 70 % of it, is said to the tenth of a second.
+    assert "from 0.6 s to 1.4 s" in out
+    [line] = [x for x in out.splitlines() if "cannot write the plot" in x]
+    assert line.startswith(f"failover-demo: cannot write the plot to {plot}: "), line
+    assert line.endswith("; give --plot a file in a writable folder, or --no-plot"), line
+    assert f"report: {report}" in out
+    run_info = json.loads(report.read_text())["run"]
+    assert run_info["plot"] is None
+    assert run_info["plot_skipped"].startswith(f"cannot write the plot to {plot}")
+
+
+def test_a_plot_skipped_for_want_of_matplotlib_is_not_named_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(demo_cli, "_can_plot", lambda: False)
+    report = tmp_path / "report.json"
+    plot = tmp_path / "demo.png"
+    args = ["--duration", "2", "--rate", "5", "--plot", str(plot), "--report", str(report)]
+    assert main(args) == 0
+    assert "plot: skipped (matplotlib not installed)" in capsys.readouterr().out
+    run_info = json.loads(report.read_text())["run"]
+    assert run_info["plot"] is None
+    assert run_info["plot_skipped"] == "matplotlib not installed"
+    assert not plot.exists()
+
+
+def test_the_embedded_cluster_on_python_3_10_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # minibroker needs kio, which needs 3.11; with --bootstrap the demo does not need it.
+    monkeypatch.setattr(sys, "version_info", (3, 10, 13, "final", 0))
+    assert main(["--duration", "2", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "failover-demo: the embedded cluster (minibroker) needs Python 3.11 or later " in err
+    assert "(this is 3.10)" in err
+    assert "--bootstrap" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_reader_that_goes_away_ends_the_demo_as_sigpipe_would(tmp_path: Path) -> None:
+    """`failover-demo | head -1`: status 141 and no traceback."""
+    process = demo_process("--duration", "2", "--rate", "5", "--no-plot")
+    try:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        first = process.stdout.readline()
+        process.stdout.close()
+        err = process.stderr.read()
+        assert process.wait(timeout=60) == 128 + signal.SIGPIPE, err
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert first.startswith("cluster: "), first
+    assert "Traceback" not in err, err
+
+
+def test_sigterm_deletes_the_topic_the_demo_made_on_an_existing_cluster() -> None:
+    with Cluster(brokers=3, config={"min.insync.replicas": "2"}) as cluster:
+        process = demo_process(
+            "--bootstrap", cluster.bootstrap_servers, "--duration", "60", "--rate", "20"
+        )
+        try:
+            assert process.stdout is not None
+            topic = None
+            for line in process.stdout:
+                if line.startswith("topic "):
+                    topic = line.split()[1].rstrip(":")
+                if line.startswith("producing"):
+                    break
+            assert topic is not None
+            assert topic in cluster.topics(), topic
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        assert process.returncode == 128 + signal.SIGTERM, err
+        assert "failover-demo: terminated" in out
+        assert "Traceback" not in err, err
+        assert topic not in cluster.topics()

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import socket
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry
 
 from failover_partitioner import (
     DeliveryReport,
@@ -661,12 +664,80 @@ def test_metrics_are_served_over_http(mock: MockCluster) -> None:
             text = r.read().decode()
         assert 'failover_delivered_total{producer="metrics-check"} 100.0' in text
         assert (
-            f'failover_partitions{{producer="metrics-check",state="HEALTHY",topic="{TOPIC}"}}'
+            f'failover_partitions{{producer="metrics-check",state="healthy",topic="{TOPIC}"}}'
             in text
         )
         assert 'failover_metadata_age_seconds{producer="metrics-check",topic="orders"}' in text
     finally:
         p.close()
+
+
+def test_a_busy_metrics_port_is_named_and_the_producer_can_be_made_again(
+    mock: MockCluster,
+) -> None:
+    """The error names the address; the failed producer leaves nothing registered, so a second
+    one of the same client.id in the same registry starts on a free port."""
+    registry = CollectorRegistry()
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        busy = blocker.getsockname()[1]
+        with pytest.raises(
+            OSError, match=f"cannot serve metrics on 127.0.0.1:{busy}: .*metrics_port"
+        ):
+            producer(
+                mock,
+                conf={"client.id": "svc"},
+                metrics_registry=registry,
+                metrics_port=busy,
+                metrics_addr="127.0.0.1",
+            )
+    p = producer(
+        mock,
+        conf={"client.id": "svc"},
+        metrics_registry=registry,
+        metrics_port=0,
+        metrics_addr="127.0.0.1",
+    )
+    try:
+        assert p.metrics_port
+    finally:
+        p.close()
+
+
+def test_a_closed_mock_cluster_refuses_every_call() -> None:
+    """After close() the mock's handle is freed: a call would read freed memory (a crash or a
+    hang), so each one raises instead; a second close() does nothing."""
+    cluster = MockCluster(brokers=3)
+    cluster.create_topic("t", 3)
+    cluster.close()
+    cluster.close()
+    calls: dict[str, Callable[[], object]] = {
+        "create_topic": lambda: cluster.create_topic("t2", 3),
+        "broker_down": lambda: cluster.broker_down(1),
+        "broker_up": lambda: cluster.broker_up(1),
+        "delay_broker": lambda: cluster.delay_broker(1, 10),
+        "push_broker_errors": lambda: cluster.push_broker_errors(1, NOT_ENOUGH_REPLICAS, 5),
+        "broker_errors_left": lambda: cluster.broker_errors_left(1),
+        "set_leader": lambda: cluster.set_leader("t", 0, 2),
+        "clear_errors": lambda: cluster.clear_errors(),
+        "track_requests": lambda: cluster.track_requests(),
+        "requests": lambda: cluster.requests(),
+        "failing_produce": lambda: cluster.failing_produce(1, NOT_ENOUGH_REPLICAS).__enter__(),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match=rf"MockCluster\.{name}\(\) called after close\(\)"):
+            call()
+
+
+def test_closing_a_mock_cluster_inside_failing_produce_stops_its_thread_first() -> None:
+    """The thread that keeps the errors queued must not call into the destroyed mock."""
+    cluster = MockCluster(brokers=3)
+    with cluster.failing_produce(1, NOT_ENOUGH_REPLICAS, check_s=0.001):
+        cluster.close()
+        assert not [t for t in threading.enumerate() if t.name == "mock-fail-1"]
+    with pytest.raises(RuntimeError, match="after close"):
+        cluster.broker_errors_left(1)
 
 
 @pytest.mark.parametrize("path", ["first-message", "healthy", "record"])

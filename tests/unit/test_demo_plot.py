@@ -5,6 +5,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
+
+from failover_partitioner.demo.cluster import DemoError
 from failover_partitioner.demo.plot import _rates, plot_deliveries
 
 
@@ -47,3 +50,20 @@ def test_plot_without_a_fault(tmp_path: Path) -> None:
 def test_a_partial_last_bin_is_drawn_as_a_rate_or_left_out() -> None:
     assert _rates([300, 300, 150], 2.5) == ([0.5, 1.5, 2.25], [300.0, 300.0, 300.0])
     assert _rates([300, 300, 2], 2.1) == ([0.5, 1.5], [300.0, 300.0])
+
+
+def test_a_plot_that_cannot_be_written_is_a_demo_error_naming_it(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(
+        DemoError, match=f"cannot write the plot to {a_file / 'p.png'}: .*--no-plot"
+    ):
+        plot_deliveries(
+            a_file / "p.png",
+            series={"plain": [1]},
+            fault=None,
+            fault_label="",
+            produce_end_s=1.0,
+            end_s=1.0,
+            title="t",
+        )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from failover_partitioner.demo.cluster import DemoError
 from failover_partitioner.demo.partitions import PartitionRow, Snapshot
 from failover_partitioner.demo.report import FaultWindow, RunInfo, build_report
+from failover_partitioner.demo.runner import check_writable, write_report
 from failover_partitioner.demo.stats import Record, Status, summarize
 
 REQUIRED = {
@@ -94,3 +97,24 @@ def test_a_producer_name_may_not_shadow_a_report_key(name: str) -> None:
     s = summarize(name=name, records=[], found={}, end_s=1.0, rerouted=0, possible_duplicates=0)
     with pytest.raises(ValueError, match=repr(name)):
         build_report(summaries=[s], fault=None, run=RUN, snapshots=[])
+
+
+def test_a_report_that_cannot_be_written_is_a_demo_error_naming_it(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(DemoError, match=f"cannot write the report to {a_file / 'r.json'}: "):
+        write_report(a_file / "r.json", {"run": {}})
+    written = write_report(tmp_path / "new" / "r.json", {"run": {}})
+    assert json.loads(written.read_text()) == {"run": {}}
+
+
+def test_outputs_are_checked_without_creating_anything(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    check_writable(a_file, option="--report")  # overwritten by the run
+    check_writable(tmp_path / "new" / "deeper" / "r.json", option="--report")
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(DemoError, match="is a folder; give --report a file"):
+        check_writable(tmp_path, option="--report")
+    with pytest.raises(DemoError, match=f"{a_file} is a file, not a folder; .*, or --no-plot"):
+        check_writable(a_file / "x" / "p.png", option="--plot", alternative=", or --no-plot")

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from failover_partitioner._topics import TopicState
+from failover_partitioner.choose import ChoiceOptions
+from failover_partitioner.core.statistics import ProducerStatistics, metrics_snapshot
+from failover_partitioner.health import PartitionMetadata, TopicMetadata
 from failover_partitioner.metrics import MetricsSnapshot, ProducerMetrics, TopicMetrics
+from failover_partitioner.quarantine import QuarantinePolicy
+
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def snapshot(delivered: int = 7) -> MetricsSnapshot:
@@ -20,7 +31,7 @@ def snapshot(delivered: int = 7) -> MetricsSnapshot:
         failed_buffer_depth=1,
         topics={
             "orders": TopicMetrics(
-                partitions_by_state={"HEALTHY": 10, "AT_RISK": 1, "UNAVAILABLE": 1},
+                partitions_by_state={"healthy": 10, "at_risk": 1, "unavailable": 1},
                 quarantines=4,
                 metadata_age_s=1.5,
             )
@@ -40,7 +51,7 @@ def test_every_documented_metric_is_exposed() -> None:
         'failover_final_failures_total{producer="p1"} 1.0',
         'failover_possible_duplicates_total{producer="p1"} 1.0',
         'failover_quarantines_total{producer="p1",topic="orders"} 4.0',
-        'failover_partitions{producer="p1",state="UNAVAILABLE",topic="orders"} 1.0',
+        'failover_partitions{producer="p1",state="unavailable",topic="orders"} 1.0',
         'failover_in_flight{producer="p1"} 2.0',
         'failover_failed_buffer_depth{producer="p1"} 1.0',
         'failover_metadata_age_seconds{producer="p1",topic="orders"} 1.5',
@@ -83,3 +94,23 @@ def test_default_registry_is_private() -> None:
     assert a.registry is not b.registry
     a.close()
     b.close()
+
+
+def test_partition_states_are_the_lower_case_values_the_documented_alerts_match() -> None:
+    """A producer's snapshot labels its partitions healthy / at_risk / unavailable, the values
+    docs/operations.md documents and its alert rules query."""
+    metadata = TopicMetadata(
+        topic="orders",
+        partitions=tuple(
+            PartitionMetadata(partition=p, leader=1, replicas=(1, 2, 3), isr=(1, 2, 3)[: 3 - p])
+            for p in range(3)
+        ),
+        min_insync_replicas=2,
+    )
+    state = TopicState(metadata, QuarantinePolicy(initial_s=1.0), ChoiceOptions())
+    stats = ProducerStatistics(**{f.name: 0 for f in dataclasses.fields(ProducerStatistics)})
+    snap = metrics_snapshot(stats, {"orders": state}, lambda topic: 1.0)
+    exported = dict(snap.topics["orders"].partitions_by_state)
+    assert exported == {"healthy": 1, "at_risk": 1, "unavailable": 1}
+    queried = set(re.findall(r'failover_partitions\{state="(\w+)"\}', OPERATIONS.read_text()))
+    assert queried == set(exported)

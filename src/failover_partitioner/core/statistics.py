@@ -43,7 +43,8 @@ class ProducerStatistics:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicMetrics:
-    """Per-topic figures: partitions per state name, quarantines so far, metadata age."""
+    """Per-topic figures: partitions per state (``healthy``, ``at_risk``, ``unavailable``),
+    quarantines so far, metadata age."""
 
     partitions_by_state: Mapping[str, int]
     quarantines: int
@@ -74,7 +75,9 @@ def metrics_snapshot(
     for topic, state in list(topics.items()):
         counts = state.view.counts()
         per_topic[topic] = TopicMetrics(
-            partitions_by_state={k.name: v for k, v in counts.items()},
+            # Prometheus label values are lower case: healthy, at_risk, unavailable (the alert
+            # rules of docs/operations.md match on them).
+            partitions_by_state={k.name.lower(): v for k, v in counts.items()},
             quarantines=state.quarantines,
             metadata_age_s=metadata_age_s(topic),
         )

@@ -12,9 +12,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from failover_partitioner.demo.cluster import (
     DemoCluster,
@@ -29,6 +35,7 @@ from failover_partitioner.demo.runner import (
     Console,
     DemoOptions,
     DemoResult,
+    check_writable,
     run_demo,
     write_report,
 )
@@ -37,6 +44,8 @@ from failover_partitioner.demo.stats import DeliveryLog
 __all__ = ["main"]
 
 _DEFAULTS = DemoOptions()
+# What a shell reports for a writer that SIGPIPE ended (`failover-demo | head -1`).
+_SIGPIPE_EXIT = 128 + signal.SIGPIPE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,6 +119,26 @@ def _failover(bootstrap_servers: str, log: DeliveryLog) -> Side:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        with _sigterm_interrupts():
+            return _main(args)
+    except BrokenPipeError:
+        # The reader went away (`failover-demo | head -1`); the run's cleanup has happened on
+        # the way out. Point stdout at /dev/null so the flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _SIGPIPE_EXIT
+
+
+def _main(args: argparse.Namespace) -> int:
+    if not args.bootstrap and sys.version_info < (3, 11):
+        # minibroker's protocol library (kio) needs 3.11; an external cluster does not.
+        print(
+            f"failover-demo: the embedded cluster (minibroker) needs Python 3.11 or later "
+            f"(this is {sys.version_info[0]}.{sys.version_info[1]}); run it with Python 3.11+, "
+            "or pass --bootstrap to use an existing cluster",
+            file=sys.stderr,
+        )
+        return 2
     _configure_logging(verbose=args.verbose)
     try:
         options = DemoOptions(
@@ -122,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             report=args.report,
             quiet=args.quiet,
         )
+        # Found out now, not after the run: the outputs are the run's point.
+        if options.plot is not None and _can_plot():
+            check_writable(options.plot, option="--plot", alternative=", or --no-plot")
+        if options.report is not None:
+            check_writable(options.report, option="--report")
     except DemoError as e:
         print(f"failover-demo: {e}", file=sys.stderr)
         return 2
@@ -139,21 +173,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             side_factories=(_plain, _failover),
             console=console,
         )
+        written = _present(result, options, console)
     except DemoError as e:
         console.result(f"failover-demo: {e}")
         return 2
+    except _Terminated:
+        console.result("failover-demo: terminated")
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         console.result("failover-demo: interrupted")
         return 130
-    _present(result, options, console)
     failover = next(s for s in result.summaries if s.name == FailoverSide.name)
     if failover.lost:
         console.result(f"failover-demo: FailoverProducer lost {failover.lost} messages")
         return 1
-    return 0
+    return 0 if written else 2
 
 
-def _present(result: DemoResult, options: DemoOptions, console: Console) -> None:
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so it takes the same way out: the
+    producers closed, the embedded cluster stopped, the topic made on an external one deleted."""
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        # None: a handler not set from Python; the default is the closest we can restore.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _present(result: DemoResult, options: DemoOptions, console: Console) -> bool:
+    """The tables and the verdict, then the plot and the report; False if one of those could
+    not be written (the report is still written when the plot fails, and says so)."""
     console.result("")
     console.result(
         "Producers (lost = sent but not found when the topic was consumed back; "
@@ -169,13 +230,36 @@ def _present(result: DemoResult, options: DemoOptions, console: Console) -> None
     )
     console.result("")
     console.result(_verdict(result))
-    if options.plot is not None:
-        path = _plot(result, options.plot)
-        console.result(
-            f"plot: {path.resolve()}" if path else "plot: skipped (matplotlib not installed)"
-        )
+    written = True
+    plot: Path | None = None
+    if options.plot is None:
+        skipped: str | None = "--no-plot"
+    elif not _can_plot():
+        skipped = "matplotlib not installed"
+        console.result(f"plot: skipped ({skipped})")
+    else:
+        try:
+            plot = _plot(result, options.plot)
+            skipped = None
+            console.result(f"plot: {plot.resolve()}")
+        except DemoError as e:
+            skipped = str(e)
+            written = False
+            console.result(f"failover-demo: {e}")
     if options.report is not None:
-        console.result(f"report: {write_report(options.report, result.report)}")
+        report = _with_plot(result.report, plot, skipped)
+        try:
+            console.result(f"report: {write_report(options.report, report)}")
+        except DemoError as e:
+            written = False
+            console.result(f"failover-demo: {e}")
+    return written
+
+
+def _with_plot(report: dict[str, Any], plot: Path | None, skipped: str | None) -> dict[str, Any]:
+    """The report, its ``run.plot`` naming the PNG only if one was written, else why not."""
+    run = {**report["run"], "plot": None if plot is None else str(plot), "plot_skipped": skipped}
+    return {**report, "run": run}
 
 
 def _verdict(result: DemoResult) -> str:
@@ -192,9 +276,12 @@ def _verdict(result: DemoResult) -> str:
     return "\n".join(lines)
 
 
-def _plot(result: DemoResult, path: Path) -> Path | None:
-    if importlib.util.find_spec("matplotlib") is None:
-        return None  # the `demo` extra is not installed: say so rather than fail at the end
+def _can_plot() -> bool:
+    """False without the `demo` extra: the plot is skipped, and said so, rather than fail."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _plot(result: DemoResult, path: Path) -> Path:
     from failover_partitioner.demo.plot import plot_deliveries
 
     fault = result.fault

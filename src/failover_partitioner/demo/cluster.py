@@ -196,12 +196,17 @@ class EmbeddedCluster:
         )
 
     def prepare_topic(self, name: str) -> Topic:
-        self._cluster.create_topic(
-            name,
-            partitions=PARTITIONS,
-            replication_factor=REPLICATION_FACTOR,
-            config={"min.insync.replicas": str(MIN_INSYNC_REPLICAS)},
-        )
+        from minibroker.errors import MinibrokerError
+
+        try:
+            self._cluster.create_topic(
+                name,
+                partitions=PARTITIONS,
+                replication_factor=REPLICATION_FACTOR,
+                config={"min.insync.replicas": str(MIN_INSYNC_REPLICAS)},
+            )
+        except MinibrokerError as e:
+            raise DemoError(f"cannot create topic {name!r} ({e}); choose another --topic") from e
         return Topic(
             name=name,
             partitions=PARTITIONS,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from failover_partitioner.demo.cluster import DemoError
+
 _COLOURS = {"plain": "tab:red", "failover": "tab:blue"}
 
 
@@ -18,7 +20,8 @@ def plot_deliveries(
     end_s: float,
     title: str,
 ) -> Path:
-    """Write the plot to ``path`` (parent folders created) and return it.
+    """Write the plot to ``path`` (parent folders created) and return it; a file that cannot
+    be written is a :class:`DemoError` naming it.
 
     ``series`` holds deliveries per one-second bin; ``end_s`` is when counting stopped, so the
     last, partial bin is drawn as a rate rather than as a misleading drop.
@@ -44,8 +47,14 @@ def plot_deliveries(
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize="small")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, format="png")
+        except OSError as e:
+            raise DemoError(
+                f"cannot write the plot to {path}: {e.strerror or e}; "
+                "give --plot a file in a writable folder, or --no-plot"
+            ) from e
     finally:
         plt.close(fig)
     return path

@@ -6,6 +6,7 @@ modules next to this one; this module only moves time forward and calls them.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import threading
@@ -17,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from failover_partitioner._topics import legal_topic_name
 from failover_partitioner.demo.cluster import DemoCluster, DemoError, Topic
 from failover_partitioner.demo.consume import ConsumedBack, consume_back
 from failover_partitioner.demo.messages import encode
@@ -59,6 +61,11 @@ class DemoOptions:
             raise DemoError(f"--rate {self.rate_per_s:g}: give 1 to 100000 messages a second")
         if self.fault not in FAULT_KINDS:
             raise DemoError(f"--fault {self.fault!r}: choose one of {', '.join(FAULT_KINDS)}")
+        if self.topic is not None and not legal_topic_name(self.topic):
+            raise DemoError(
+                f"--topic {self.topic!r} is not a legal Kafka topic name: use 1 to 249 of the "
+                "characters a-z A-Z 0-9 . _ -, and not '.' or '..'"
+            )
         for name in ("drain_timeout_s", "recovery_timeout_s", "consume_timeout_s"):
             if getattr(self, name) < 0:
                 raise DemoError(f"{name}={getattr(self, name)!r}: must not be negative")
@@ -203,7 +210,7 @@ def _announce_plan(options: DemoOptions, schedule: Schedule, console: Console) -
         console.event(
             f"producing {options.rate_per_s:g} msg/s with each producer for "
             f"{options.duration_s:g} s; fault ({_fault_text(options.fault)}) from "
-            f"{schedule.fault_start_s:.0f} s to {schedule.fault_end_s:.0f} s"
+            f"{_seconds(schedule.fault_start_s)} s to {_seconds(schedule.fault_end_s)} s"
         )
     else:
         console.event(
@@ -518,6 +525,11 @@ def _fault_text(kind: str) -> str:
     return f"brokers {brokers} stopped"
 
 
+def _seconds(t_s: float) -> str:
+    """12, 0.6, 1080: to a tenth, as short as that allows (a 2 s run's fault is 0.6 to 1.4 s)."""
+    return f"{round(t_s, 1):g}"
+
+
 def _ids(ids: Sequence[int]) -> str:
     return ", ".join(str(i) for i in ids) if ids else "none"
 
@@ -526,9 +538,45 @@ def _utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def check_writable(path: Path, *, option: str, alternative: str = "") -> None:
+    """Refuse, before the run, an output file that cannot be written: a folder, a read-only
+    file, or a path through a regular file or an unwritable folder. Nothing is created here;
+    the write creates the missing folders."""
+    remedy = f"give {option} a file in a writable folder{alternative}"
+    try:
+        problem = _unwritable(path)
+    except OSError as e:  # e.g. a folder on the way that may not be searched
+        problem = str(e.strerror or e)
+    if problem is not None:
+        raise DemoError(f"{option} {path}: {problem}; {remedy}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written, or None."""
+    if path.is_dir():
+        return "is a folder"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "the file is not writable"
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    return None
+
+
 def write_report(path: Path, report: dict[str, Any]) -> Path:
+    """Write the JSON report (parent folders created); a failure is a DemoError naming it."""
     import json
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+    except OSError as e:
+        raise DemoError(
+            f"cannot write the report to {path}: {e.strerror or e}; "
+            "give --report a file in a writable folder"
+        ) from e
     return path
