@@ -51,6 +51,7 @@ class Batching(Producing):
             raise TypeError(f"messages must be a list of dicts, got {type(messages).__name__}")
         if on_delivery is not None and not callable(on_delivery):
             raise TypeError(f"on_delivery must be callable(err, msg) or None, got {on_delivery!r}")
+        self._refuse_if_closing("produce_batch()")
         refused: list[tuple[int, BaseException]] = []
         start = 0  # the first message of the part under way
         try:

@@ -32,7 +32,12 @@ import confluent_kafka
 
 from failover_partitioner._config import companion_conf
 from failover_partitioner.confluent._state import ProducerState
-from failover_partitioner.errors import AuthenticationFailed, FailoverError, MetadataUnavailable
+from failover_partitioner.errors import (
+    AuthenticationFailed,
+    FailoverError,
+    MetadataUnavailable,
+    ProducerClosed,
+)
 
 logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
 
@@ -142,6 +147,12 @@ class Clients(ProducerState):
             if _LOST not in str(exc):
                 raise
             raise KeyboardInterrupt(_LOST_INTERRUPT) from exc
+        except RuntimeError as exc:
+            if not self._closed:
+                raise
+            # close() in another thread closed the client under this call: what it held,
+            # close() handed back or reported.
+            raise ProducerClosed(f"{call}() while close() ran in another thread") from exc
         finally:
             local.depth -= 1
             if held is not None:

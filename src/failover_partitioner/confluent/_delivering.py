@@ -106,6 +106,9 @@ class Delivering(Clients):
         self._on_failure(rec, err, msg)
 
     def _on_failure(self, rec: _Record, err: Any, msg: Any) -> None:
+        if self._buffer.closed:
+            self._failed_after_close(rec, err)
+            return
         code = err.code()
         if code in REFUSED_RIGHTS:
             self._refusals[rec._m[0]] = (time.monotonic(), err)
@@ -195,15 +198,28 @@ class Delivering(Clients):
                 rec._error,
             )
 
-    def _report_final(self, entry: Entry[_Record], error: object) -> bool:
+    def _failed_after_close(self, rec: _Record, err: Any) -> None:
+        """A failure served after close() (by a poll in another thread). A message the failed
+        buffer held is in close()'s list, its outcome; one it never held (a first attempt)
+        fails finally now, so that it is told."""
+        if rec._entry is None:
+            self._final_failures += 1
+            if self._report_final(rec, err):
+                logger.error("message to %s failed after close(): %s", rec._m[0], err)
+
+    def _report_final(self, entry: Entry[_Record] | _Record, error: object) -> bool:
         """Tell the dead-letter hook and the message's callback that it failed finally with
-        ``error``; True when there is neither (the caller logs it)."""
-        rec = entry.item
-        rec._entry = None  # the record and its entry refer to each other (see _Record)
+        ``error`` (``entry``: its buffer entry, or the record of one never held there); True
+        when there is neither (the caller logs it)."""
+        if isinstance(entry, Entry):
+            rec = entry.item
+            rec._entry = None  # the record and its entry refer to each other (see _Record)
+            if entry.possibly_duplicated:
+                rec._dup = True
+        else:
+            rec = entry
         kerr = _kafka_error(error)
         rec._error = kerr
-        if entry.possibly_duplicated:
-            rec._dup = True
         hook = self._dead_letter
         cb = rec._cb
         try:

@@ -68,6 +68,7 @@ class Routing(Delivering):
         places for (whole, sticky), with no callback or one a report can serve: the healthy
         path still, the headers kept for the report (the inline path is kept to messages
         without)."""
+        self._refuse_if_closing("produce()")
         if partition is not None:
             self._check_partition(topic, partition)
         if (
@@ -292,6 +293,7 @@ class Routing(Delivering):
         deadline = time.monotonic() + self._produce_timeout_s
         has_room = self._buffer.has_room
         while not has_room(need):
+            self._refuse_if_closing("produce()")
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._in_callback():
                 raise self._timed_out(topic, value, key, headers, timestamp)

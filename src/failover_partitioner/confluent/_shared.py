@@ -35,6 +35,7 @@ from failover_partitioner._message import (
 )
 from failover_partitioner.core import check_header_name
 from failover_partitioner.errors import NoUsablePartition
+from retry_buffer import BufferClosed
 
 if TYPE_CHECKING:
     from failover_partitioner.confluent._delivering import Delivering
@@ -233,7 +234,12 @@ class _Record(DeliveryReport):
                     # The entry refers to this record (its item): let go of it, so that both
                     # are freed by their counts, not by Python's cyclic garbage collector.
                     self._entry = None
-                    self._delivered(entry)
+                    try:
+                        self._delivered(entry)
+                    except BufferClosed:
+                        # Served after close() (by a poll in another thread): close() handed
+                        # it back, possibly delivered; that list is its one outcome.
+                        return
                 cb = self._cb
                 if cb is not None:
                     self._msg = msg

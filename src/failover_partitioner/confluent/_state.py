@@ -14,6 +14,7 @@ from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.choose import KeyedMemo, PartitionChooser
 from failover_partitioner.confluent._shared import _CLIENT_PLACES, _OFF, DeadLetterHook, _Record
 from failover_partitioner.core import FailoverCore
+from failover_partitioner.errors import ProducerClosed
 from failover_partitioner.metadata import MetadataRefresher
 from failover_partitioner.metadata.confluent import ConfluentMetadataSource
 from failover_partitioner.metrics import ProducerMetrics
@@ -107,6 +108,7 @@ class ProducerState:
     _topics_lock: threading.Lock
     _watched: set[str]
     _closed: bool
+    _closing: bool  # close() has begun: produce() and produce_batch() refuse (ProducerClosed)
     _unsure: int
     _undelivered: list[UndeliveredMessage] | None
     _attention: bool
@@ -134,11 +136,24 @@ class ProducerState:
             self._keyed.clear()
             self._whole.clear()
 
+    def _begin_closing(self) -> None:
+        """close() begins: from now on ``produce()`` and ``produce_batch()`` in any thread
+        refuse their message (ProducerClosed: not accepted), and the healthy path stays shut.
+        A message another thread had accepted while close() flushed and purged was neither
+        flushed, nor handed back, nor reported."""
+        with self._whole_lock:
+            self._closing = True
+        self._leave_whole()
+
+    def _refuse_if_closing(self, call: str) -> None:
+        if self._closing:
+            raise ProducerClosed(f"{call} after close() began: the message was not accepted")
+
     def _reopen_whole(self) -> None:
         """Nothing waits: the topics take the healthy path again (a topic not whole, for its
         keyless messages)."""
         with self._whole_lock:
-            if self._attention or self._closed or not self._bare_ok:
+            if self._attention or self._closing or not self._bare_ok:
                 return
             if self._quiet is not None and self._buffer.entries:
                 # Retries still under way (on the main client): the quiet client's queue bound

@@ -336,7 +336,7 @@ class FailoverProducer(Batching):
         self._watched: set[str] = set()
         self._local = CallDepth()
         self._next_poll = 0.0  # poll(0) serves the clients from then on (see poll)
-        self._closed = False
+        self._closed = self._closing = False
         self._unsure = 0  # what the clients still held, unreported, at close()
         self._undelivered: list[UndeliveredMessage] | None = None
         # Something waits (failed messages, quarantines to release): the next produce or poll
@@ -471,6 +471,7 @@ class FailoverProducer(Batching):
         if timeout is not None:  # refused before anything is closed
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
         kept, self._kept_raised = self._kept_raised, None  # raised once closed
+        self._begin_closing()
         client = self._client
         try:
             left_in_client = True
@@ -483,7 +484,6 @@ class FailoverProducer(Batching):
             self._closed = True
             self._reporting = (None, self._report_cb)  # let go of the last callback
             self._reporting_kept = (None, self._report_kept)
-            self._leave_whole()  # the next produce() looks, and raises ProducerClosed
             left = self._buffer.close()
             unsure = self._client_len()
             if unsure:
@@ -495,7 +495,7 @@ class FailoverProducer(Batching):
             self._undelivered = undelivered
             # A metadata request in flight on the client is not waited for past 0.5 s: the
             # client is closed when it returns.
-            self._meta.close(0.5, then=None if unsure else self._closing((client, *self._others())))
+            self._meta.close(0.5, then=None if unsure else self._closer((client, *self._others())))
             self._metrics.close()
             self._source.close()
             # Told even when the flush was interrupted (Ctrl-C again while a with block ends).
@@ -519,7 +519,7 @@ class FailoverProducer(Batching):
         return list(undelivered)
 
     @staticmethod
-    def _closing(clients: tuple[Any, ...]) -> Callable[[], None]:
+    def _closer(clients: tuple[Any, ...]) -> Callable[[], None]:
         def close() -> None:
             for each in clients:
                 each.close()
