@@ -147,6 +147,16 @@ def test_failover_producer_secured_loses_nothing_with_brokers_paused(
     assert SECRET not in repr(p)
 
 
+async def start_and_stop(settings: dict[str, Any]) -> None:
+    """Start an AsyncFailoverProducer with ``settings`` (what start() raises comes out), then
+    stop it."""
+    ap = AsyncFailoverProducer(**settings)
+    try:
+        await ap.start()
+    finally:
+        await ap.stop()
+
+
 @contextlib.contextmanager
 def logged_as_text(*names: str) -> Iterator[io.StringIO]:
     """Every record of these loggers at DEBUG, kept as text only, not handed on to pytest.
@@ -453,15 +463,8 @@ def test_a_ca_that_did_not_sign_the_brokers_is_named_as_a_tls_handshake_failure(
             return
         context = ssl.create_default_context(cafile=other_ca)
 
-        async def run() -> None:
-            ap = AsyncFailoverProducer(**{**aio_settings(cluster, user), "ssl_context": context})
-            try:
-                await ap.start()
-            finally:
-                await ap.stop()
-
         with logged_as_text("aiokafka"):
-            asyncio.run(run())
+            asyncio.run(start_and_stop({**aio_settings(cluster, user), "ssl_context": context}))
 
     began = time.monotonic()
     with pytest.raises(AuthenticationFailed) as raised:
@@ -479,15 +482,8 @@ def test_an_sasl_mechanism_the_cluster_does_not_take_is_named(cluster: KafkaClus
     user = user_with(cluster, [topic], ["write", "describe"])
     settings = {**aio_settings(cluster, user), "sasl_mechanism": "SCRAM-SHA-256"}
 
-    async def run() -> None:
-        ap = AsyncFailoverProducer(**settings)
-        try:
-            await ap.start()
-        finally:
-            await ap.stop()
-
     with logged_as_text("aiokafka"), pytest.raises(AuthenticationFailed) as raised:
-        asyncio.run(run())
+        asyncio.run(start_and_stop(settings))
     assert "does not take SASL mechanism 'SCRAM-SHA-256'" in str(raised.value)
 
 
@@ -498,19 +494,12 @@ def test_a_wrong_password_stops_the_asyncio_producer_with_an_authentication_fail
     user = user_with(cluster, [topic], ["write", "describe"])
     settings = {**aio_settings(cluster, user), "sasl_plain_password": "not-" + password(user)}
 
-    async def run() -> None:
-        ap = AsyncFailoverProducer(**settings)
-        try:
-            await ap.start()
-        finally:
-            await ap.stop()
-
     began = time.monotonic()
     with (
         logged_as_text("aiokafka", "failover_partitioner") as logged,
         pytest.raises(AuthenticationFailed) as raised,
     ):
-        asyncio.run(run())
+        asyncio.run(start_and_stop(settings))
     assert time.monotonic() - began < 10
     text = str(raised.value)
     assert "authentication" in text.lower(), text
