@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from failover_partitioner._topics import legal_topic_name
+from failover_partitioner.confluent._clients import _hold_signals as hold_signals
+from failover_partitioner.core import check_topic
 from failover_partitioner.demo.cluster import DemoCluster, DemoError, Topic
 from failover_partitioner.demo.consume import ConsumedBack, consume_back
 from failover_partitioner.demo.messages import encode
@@ -61,11 +62,11 @@ class DemoOptions:
             raise DemoError(f"--rate {self.rate_per_s:g}: give 1 to 100000 messages a second")
         if self.fault not in FAULT_KINDS:
             raise DemoError(f"--fault {self.fault!r}: choose one of {', '.join(FAULT_KINDS)}")
-        if self.topic is not None and not legal_topic_name(self.topic):
-            raise DemoError(
-                f"--topic {self.topic!r} is not a legal Kafka topic name: use 1 to 249 of the "
-                "characters a-z A-Z 0-9 . _ -, and not '.' or '..'"
-            )
+        if self.topic is not None:
+            try:
+                check_topic(self.topic)  # the producers' own rule and words
+            except ValueError as e:
+                raise DemoError(f"--{e}") from None  # "--topic 'a/b' is not a legal ..."
         for name in ("drain_timeout_s", "recovery_timeout_s", "consume_timeout_s"):
             if getattr(self, name) < 0:
                 raise DemoError(f"{name}={getattr(self, name)!r}: must not be negative")
@@ -227,8 +228,15 @@ def _start_producing(
     producing = []
     for factory in side_factories:
         log = DeliveryLog(clock=run.clock)
-        side = factory(run.cluster.bootstrap_servers, log)
-        stack.callback(side.finish, 0.0)  # closes it even if the run fails
+        # Ctrl-C or SIGTERM while confluent-kafka reads a client's settings came out of it as
+        # a TypeError (a traceback, exit 1): held until the side is made and will be closed.
+        held = hold_signals()
+        try:
+            side = factory(run.cluster.bootstrap_servers, log)
+            stack.callback(side.finish, 0.0)  # closes it even if the run fails
+        finally:
+            if held is not None:
+                held.release()
         producing.append(_Producing(side=side, log=log))
     stop = threading.Event()
     stack.callback(stop.set)
