@@ -395,3 +395,38 @@ def test_ctrl_c_in_one_final_failure_callback_skips_no_other(mock: MockCluster) 
     assert p.flush(10) == 0
     assert p.close() == []
     assert p.statistics().final_failures == 2
+
+
+class _SignallingValue:
+    """A setting's value that sends ``signum`` to this process each time it is read as text:
+    the signal lands while confluent-kafka reads the settings, in C."""
+
+    def __init__(self, signum: int, text: str) -> None:
+        self.signum = signum
+        self.text = text
+
+    def __str__(self) -> str:
+        os.kill(os.getpid(), self.signum)
+        return self.text
+
+
+@pytest.mark.parametrize("stop", STOPS, ids=list(STOPS))
+def test_a_stop_signal_while_the_producer_is_made_is_raised_as_it_came(
+    mock: MockCluster, stop: str
+) -> None:
+    """Ctrl-C, or SIGTERM with a handler that calls sys.exit(), while confluent-kafka reads the
+    settings in ``FailoverProducer(...)``: raised as the handler raised it (it came out as a
+    TypeError about the setting's type), and the half-made producer leaves no thread behind."""
+    signum, handler, raised = STOPS[stop]
+    conf = {
+        "bootstrap.servers": mock.bootstrap_servers,
+        "client.id": "made-under-a-signal",
+        "socket.connection.setup.timeout.ms": _SignallingValue(signum, "10000"),
+    }
+    with handled(signum, handler), pytest.raises(raised):
+        FailoverProducer(conf)
+    wait_for(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("made-under-a-signal")],
+        timeout_s=5,
+        what="the producer's threads to end",
+    )

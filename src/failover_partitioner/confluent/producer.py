@@ -113,6 +113,7 @@ from failover_partitioner._options import (
 )
 from failover_partitioner.choose import PartitionChooser
 from failover_partitioner.confluent._batching import Batching
+from failover_partitioner.confluent._clients import close_all, signals_held
 from failover_partitioner.confluent._shared import (
     _QUEUE_MAX,
     DeadLetterHook,
@@ -164,11 +165,22 @@ class FailoverProducer(Batching):
         for text in settings.warnings:
             warnings.warn(text, FailoverConfigWarning, stacklevel=2)
         opts = producer_options(dead_letter_args="message, err", **options)
-        self._setup_accounting(conf, opts, settings)
-        self._make_client(settings)
-        self._setup_paths(conf, opts, settings)
-        self._start_services(conf, opts)
-        self._opened = True  # from here on, __del__ warns unless close() was called
+        # Ctrl-C or SIGTERM while confluent-kafka reads the settings came out of it as a
+        # TypeError: held until the producer is made (nothing here waits), then raised as they
+        # came, the producer closed first. Nothing was accepted yet.
+        try:
+            with signals_held():
+                self._setup_accounting(conf, opts, settings)
+                self._make_client(settings)
+                self._setup_paths(conf, opts, settings)
+                self._start_services(conf, opts)
+                self._opened = True  # from here on, __del__ warns unless close() was called
+        except BaseException:
+            if getattr(self, "_opened", False):
+                self.close(0)
+            elif hasattr(self, "_client"):  # a later step refused (e.g. a busy metrics port)
+                close_all((self._client, *self._others()))()
+            raise
 
     def _setup_accounting(
         self, conf: Mapping[str, Any], opts: ProducerOptions, settings: ClientSettings
@@ -360,18 +372,13 @@ class FailoverProducer(Batching):
             request_timeout_s=opts.metadata_timeout_s,
             name=f"{self._name}-metadata",
         )
-        try:
-            self._metrics = ProducerMetrics(
-                self._name,
-                self._metrics_snapshot,
-                registry=opts.metrics_registry,
-                http_port=opts.metrics_port,
-                http_addr=opts.metrics_addr,
-            )
-        except Exception:
-            for each in (self._client, *self._others()):
-                each.close()
-            raise
+        self._metrics = ProducerMetrics(
+            self._name,
+            self._metrics_snapshot,
+            registry=opts.metrics_registry,
+            http_port=opts.metrics_port,
+            http_addr=opts.metrics_addr,
+        )
         self._meta.start()
 
     # -- the caller's side: polling, flushing, closing -----------------------------------------
@@ -495,7 +502,7 @@ class FailoverProducer(Batching):
             self._undelivered = undelivered
             # A metadata request in flight on the client is not waited for past 0.5 s: the
             # client is closed when it returns.
-            self._meta.close(0.5, then=None if unsure else self._closer((client, *self._others())))
+            self._meta.close(0.5, then=None if unsure else close_all((client, *self._others())))
             self._metrics.close()
             self._source.close()
             # Told even when the flush was interrupted (Ctrl-C again while a with block ends).
@@ -517,14 +524,6 @@ class FailoverProducer(Batching):
         if kept is not None:
             raise kept
         return list(undelivered)
-
-    @staticmethod
-    def _closer(clients: tuple[Any, ...]) -> Callable[[], None]:
-        def close() -> None:
-            for each in clients:
-                each.close()
-
-        return close
 
     def _purge_clients(self, client: confluent_kafka.Producer) -> None:
         """Take back what librdkafka still holds and serve the purge reports, so that every

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from failover_partitioner.confluent._clients import _hold_signals as hold_signals
+from failover_partitioner.confluent._clients import signals_held
 from failover_partitioner.core import check_topic
 from failover_partitioner.demo.cluster import DemoCluster, DemoError, Topic
 from failover_partitioner.demo.consume import ConsumedBack, consume_back
@@ -230,13 +230,9 @@ def _start_producing(
         log = DeliveryLog(clock=run.clock)
         # Ctrl-C or SIGTERM while confluent-kafka reads a client's settings came out of it as
         # a TypeError (a traceback, exit 1): held until the side is made and will be closed.
-        held = hold_signals()
-        try:
+        with signals_held():
             side = factory(run.cluster.bootstrap_servers, log)
             stack.callback(side.finish, 0.0)  # closes it even if the run fails
-        finally:
-            if held is not None:
-                held.release()
         producing.append(_Producing(side=side, log=log))
     stop = threading.Event()
     stack.callback(stop.set)
