@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from failover_partitioner import FailoverProducer, ProducerClosed
 from minibroker import Cluster
@@ -106,3 +107,85 @@ def test_close_while_other_threads_produce_and_poll_loses_no_accepted_message(
     assert [v for v, n in ends.items() if n > 1] == [], "told twice"
     with pytest.raises(ProducerClosed):
         p.produce("threads", b"after")
+
+
+def test_a_first_callback_while_other_threads_produce_without_one_is_taken_in_order(
+    cluster: Cluster,
+) -> None:
+    """A producer without a config-level callback sends callback-less messages on its quiet
+    client; the first message with a callback waits for that client's messages to land, so
+    none is overtaken. While two other threads went on producing without callbacks, that
+    client never emptied: the message was refused with ProduceTimeout after
+    produce_timeout_s (3 s here). Now the quiet client takes nothing new from the start of
+    that wait: the message is taken within a fraction of a second, and each thread's
+    messages keep their order on every partition."""
+    # linger.ms 50: the quiet client's queue empties only when nobody produced for 50 ms.
+    conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 50}
+    p = FailoverProducer(conf, produce_timeout_s=3)
+    p.health("threads")
+    stop = threading.Event()
+    raised: list[str] = []
+    counts = [0, 0]
+    rate = 100_000  # messages a second, each thread (about as fast as they go)
+    began = time.monotonic()
+
+    def produce(thread: int) -> None:
+        try:
+            while not stop.is_set():
+                i = counts[thread]
+                ahead = began + i / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+                p.produce("threads", b"%d-%d" % (thread, i))
+                counts[thread] = i + 1
+                p.poll(0)
+        except BaseException:
+            raised.append(traceback.format_exc())
+
+    delivered: list[object] = []
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        start = time.monotonic()
+        p.produce("threads", b"with-a-callback", on_delivery=lambda err, m: delivered.append(err))
+        took = time.monotonic() - start
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    assert raised == []
+    assert p.flush(30) == 0
+    assert p.close() == []
+    assert took < 1.5, f"the first message with a callback waited {took:.1f} s"
+    assert delivered == [None]
+    sent = sum(counts)
+    assert sent > 1_000
+    got = consume_values(cluster.bootstrap_servers, "threads", sent + 1)
+    assert sorted(v for part in got.values() for v in part) == sorted(
+        [b"with-a-callback"] + [b"%d-%d" % (t, i) for t in range(2) for i in range(counts[t])]
+    )
+    for values in got.values():
+        for t in range(2):
+            mine = [int(v.split(b"-")[1]) for v in values if v.startswith(b"%d-" % t)]
+            assert mine == sorted(mine), f"thread {t}'s messages out of order on a partition"
+
+
+def consume_values(bootstrap: str, topic: str, expected: int) -> dict[int, list[bytes]]:
+    """Every value of ``topic`` by partition, in the partition's order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(12)])
+        out: dict[int, list[bytes]] = collections.defaultdict(list)
+        deadline = time.monotonic() + 60
+        n = 0
+        while n < expected and time.monotonic() < deadline:
+            for m in c.consume(5000, 0.2):
+                if m.error() is None:
+                    out[m.partition()].append(m.value())
+                    n += 1
+        return out
+    finally:
+        c.close()

@@ -180,11 +180,20 @@ class Clients(ProducerState):
         """A first attempt with a callback comes: from now on every first attempt goes to the
         main client, which reports deliveries. The quiet client's messages are let end first
         (delivered, or failed and handed to the retry path), so that none is overtaken by a
-        later message to the same partition; False when they did not within
-        ``produce_timeout_s`` (the mode stays, the caller's message is not accepted). Inside
-        a callback nothing can be waited for: the mode ends at once, and the quiet client's
-        last messages may still be under way (docs/guarantees.md)."""
+        later message to the same partition: from the start of this wait the quiet client
+        takes nothing new (a first attempt without a callback meets a full queue, and waits
+        as at the in-flight limit, until it is empty), else other threads producing without
+        callbacks would keep it from ever emptying. False when it did not empty within
+        ``produce_timeout_s`` (the caller's message is not accepted). Inside a callback
+        nothing can be waited for: the mode ends at once, and the quiet client's last
+        messages may still be under way (docs/guarantees.md)."""
         quiet = self._quiet
+        if quiet is None:
+            return True
+        with self._whole_lock:
+            if self._produce_raw == quiet.produce:
+                self._produce_raw = self._after_quiet(quiet, self._produce_reported)
+                self._produce_batch_raw = self._after_quiet(quiet, self._produce_batch_reported)
         if not self._in_callback():
             deadline = time.monotonic() + self._produce_timeout_s
             while len(quiet):
@@ -194,12 +203,30 @@ class Clients(ProducerState):
                     self._poll_client(0.01)
                 except Exception as exc:  # another message's callback (see _keep_raised)
                     self._keep_raised(exc)
+        self._quiet_ended()
+        return True
+
+    def _quiet_ended(self) -> None:
         with self._whole_lock:
             if self._quiet is not None:
                 self._quiet = None
                 self._produce_raw = self._produce_reported
                 self._produce_batch_raw = self._produce_batch_reported
-        return True
+
+    def _after_quiet(self, quiet: Any, send: Callable[..., Any]) -> Callable[..., Any]:
+        """``send`` (the main client's), once the quiet client is empty; until then a full
+        queue (BufferError: every path that sends waits for room then, and calls again). The
+        first call that finds it empty ends the quiet mode. Inside a callback, where nothing
+        can wait, at once."""
+
+        def after_quiet(*args: Any, **kwargs: Any) -> Any:
+            if not len(quiet):
+                self._quiet_ended()
+            elif not self._in_callback():
+                raise BufferError("the quiet client's last messages are still under way")
+            return send(*args, **kwargs)
+
+        return after_quiet
 
     def _check_not_in_callback(self, what: str) -> None:
         if self._in_callback():

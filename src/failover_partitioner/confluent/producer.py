@@ -18,7 +18,8 @@ Theory of operation (DESIGN.md sections 1, 3 and 4):
   failure's report rebuilds the message as the main client's does. Whatever must be heard of
   when delivered (a callback's message, a retry the buffer counts) goes to the main client.
   The first message with a callback ends the quiet mode for good (``_end_quiet``): the quiet
-  client's messages are let end first, then every message goes to the main client, so no
+  client's messages are let end first (it takes nothing new meanwhile: other threads' first
+  attempts wait as at a full queue), then every message goes to the main client, so no
   message overtakes an earlier one to the same partition. While quiet, the healthy path
   reopens only once the main client holds no retry, so that the quiet client's queue bound
   stays the in-flight limit.
