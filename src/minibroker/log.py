@@ -65,7 +65,7 @@ class _ProducerState:
 
 
 class ReplicaLog:
-    """An in-memory replica log. Offsets are batch-aligned; reads return whole batches."""
+    """An in-memory replica log. Offsets are batch-aligned."""
 
     def __init__(self) -> None:
         self.batches: list[StoredBatch] = []
@@ -180,25 +180,36 @@ class ReplicaLog:
             (batch.base_sequence, batch.last_sequence, batch.base_offset, batch.next_offset)
         )
 
-    def read(self, offset: int, max_bytes: int, upper: int) -> list[bytes | bytearray]:
-        """Whole batches from the one holding ``offset``, below ``upper``, about ``max_bytes``.
+    def read(
+        self, offset: int, max_bytes: int, upper: int, *, min_one: bool = True
+    ) -> list[bytes | bytearray]:
+        """The log's bytes from the batch holding ``offset`` to ``upper`` (a batch boundary), at
+        most ``max_bytes`` of them, as Kafka's ``LogSegment.read`` slices its file: the last
+        batch may be cut short (clients drop a partial batch at the end of a partition's data).
 
-        At least one batch is returned even when it is larger than ``max_bytes`` (KIP-74), so a
-        consumer can always make progress.
+        With ``min_one`` the first batch comes whole even past ``max_bytes`` (KIP-74), so a
+        consumer can always make progress; without it, a first batch over ``max_bytes`` gives
+        nothing, as ``ReplicaManager.readFromLog`` answers an empty set rather than a part of one.
         """
         index = bisect.bisect_right(self._next_offsets, offset)
-        out: list[bytes | bytearray] = []
-        total = 0
         batches = self.batches
-        while index < len(batches):
+        if index >= len(batches) or batches[index].next_offset > upper:
+            return []
+        first = len(batches[index].data)
+        if first > max_bytes and not min_one:
+            return []
+        budget = max(max_bytes, first)
+        out: list[bytes | bytearray] = []
+        while index < len(batches) and budget > 0:
             batch = batches[index]
             if batch.next_offset > upper:
                 break
-            size = len(batch.data)
-            if out and total + size > max_bytes:
+            data = batch.data
+            if len(data) > budget:
+                out.append(bytes(memoryview(data)[:budget]))
                 break
-            out.append(batch.data)
-            total += size
+            out.append(data)
+            budget -= len(data)
             index += 1
         return out
 

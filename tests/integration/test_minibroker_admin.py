@@ -20,7 +20,7 @@ from aiokafka.admin.config_resource import (  # type: ignore[import-untyped,unus
 from aiokafka.admin.config_resource import (  # type: ignore[import-untyped,unused-ignore]
     ConfigResourceType as AioResourceType,
 )
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # the stubs lag the package
     AdminClient,
     AlterConfigOpType,
@@ -198,3 +198,45 @@ def test_a_partition_count_above_the_cap_is_refused(cluster: Cluster) -> None:
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
     assert "aio-huge" not in cluster.topics()
+
+
+def test_admin_clients_delete_an_empty_group_and_refuse_a_live_one(cluster: Cluster) -> None:
+    cluster.create_topic("deleted-groups", partitions=1, replication_factor=3)
+    settings = {"bootstrap.servers": cluster.bootstrap_servers, "enable.auto.commit": False}
+    live = Consumer({**settings, "group.id": "dg-live"})
+    try:
+        live.subscribe(["deleted-groups"])
+        assert wait_for(lambda: bool(live.poll(0.1) or live.assignment()), timeout_s=15)
+        for group in ("dg-empty", "dg-empty-kp"):
+            committer = Consumer({**settings, "group.id": group})
+            committer.commit(offsets=[TopicPartition("deleted-groups", 0, 1)], asynchronous=False)
+            committer.close()
+
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        futures = admin.delete_consumer_groups(
+            ["dg-empty", "dg-live", "dg-missing"], request_timeout=10
+        )
+        futures["dg-empty"].result(10)
+        codes = {}
+        for group in ("dg-live", "dg-missing"):
+            with pytest.raises(KafkaException) as refused:
+                futures[group].result(10)
+            codes[group] = refused.value.args[0].code()
+        assert codes == {
+            "dg-live": KafkaError.NON_EMPTY_GROUP,
+            "dg-missing": KafkaError.GROUP_ID_NOT_FOUND,
+        }
+        listed = {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+        assert "dg-empty" not in listed
+        assert "dg-live" in listed
+
+        kp_admin: Any = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        try:
+            assert kp_admin.delete_groups(["dg-empty-kp", "dg-live"]) == {
+                "dg-empty-kp": "OK",
+                "dg-live": "NonEmptyGroupError",
+            }
+        finally:
+            kp_admin.close()
+    finally:
+        live.close()

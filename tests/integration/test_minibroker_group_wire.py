@@ -14,6 +14,7 @@ from minibroker import Cluster, _group_join
 from tests.integration.test_minibroker_protocol import Wire
 
 _JOIN, _SYNC, _HEARTBEAT, _COMMIT, _FETCH, _API_VERSIONS = 11, 14, 12, 8, 9, 18
+_DESCRIBE, _DELETE = 15, 42
 # A member id is `<instance or client id>-<UUID>`; a Kafka string holds 32,767 bytes.
 _TOO_LONG = "i" * 32_740
 
@@ -253,3 +254,45 @@ def test_offset_fetch_v1_from_another_broker_puts_the_error_on_each_partition(
         assert (new.error_code, new.topics) == (ErrorCode.not_coordinator, ())
     finally:
         wire.close()
+
+
+def _delete(wire: Wire, groups: list[str], version: int) -> list[tuple[str, int]]:
+    response = wire.call(_DELETE, version, {"groups_names": groups})
+    return [(r.group_id, int(r.error_code)) for r in response.results]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_delete_groups_answers_each_group_as_kafka_does(cluster: Cluster, version: int) -> None:
+    # Kafka 4's GroupCoordinatorShard.deleteGroups and ClassicGroup.validateDeleteGroup; the
+    # same codes came back from Kafka 4.4 (tests/realkafka) for each case.
+    joined, empty, missing = (f"{name}-v{version}" for name in ("joined", "emptied", "missing"))
+    wires = {g: _wire(cluster, cluster.group_coordinator(g)) for g in (joined, empty, missing, "")}
+    other = next(b for b in cluster.broker_ids if b != cluster.group_coordinator(empty))
+    elsewhere = _wire(cluster, other)
+    try:
+        wires[joined].send_frame(_join(wires[joined], joined))
+        assert int(wires[joined].receive(_JOIN, 3).error_code) == ErrorCode.none
+        assert _commit(wires[empty], empty, 9, -1, "") == ErrorCode.none
+
+        assert _delete(wires[joined], [joined], version) == [(joined, ErrorCode.non_empty_group)]
+        assert _delete(wires[missing], [missing], version) == [
+            (missing, ErrorCode.group_id_not_found)
+        ]
+        assert _delete(wires[""], [""], version) == [("", ErrorCode.group_id_not_found)]
+        assert _delete(elsewhere, [empty], version) == [(empty, ErrorCode.not_coordinator)]
+        # A group named twice is answered once, as Kafka drops repeats.
+        assert _delete(wires[empty], [empty, empty], version) == [(empty, ErrorCode.none)]
+
+        # Gone with its offsets: Dead to DescribeGroups, nothing committed, not found again.
+        described = wires[empty].call(
+            _DESCRIBE, 5, {"groups": [empty], "include_authorized_operations": False}
+        )
+        assert described.groups[0].group_state == "Dead"
+        fetched = wires[empty].call(
+            _FETCH, 7, {"group_id": empty, "topics": [{"name": "g", "partition_indexes": [0]}]}
+        )
+        assert fetched.topics[0].partitions[0].committed_offset == -1
+        assert _delete(wires[empty], [empty], version) == [(empty, ErrorCode.group_id_not_found)]
+    finally:
+        for wire in (*wires.values(), elsewhere):
+            wire.close()

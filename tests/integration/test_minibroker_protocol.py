@@ -412,6 +412,35 @@ def test_idempotent_duplicates_are_acknowledged_once_and_gaps_refused(cluster: C
         wire.close()
 
 
+def _init_producer_id(wire: Wire, producer_id: int, epoch: int) -> tuple[int, int, int]:
+    values = {
+        "transactional_id": None,
+        "transaction_timeout": 60000,
+        "producer_id": producer_id,
+        "producer_epoch": epoch,
+    }
+    answer = wire.call(22, 4, values)
+    return int(answer.error_code), int(answer.producer_id), int(answer.producer_epoch)
+
+
+def test_init_producer_id_without_a_transactional_id_always_gives_a_new_id(wire: Wire) -> None:
+    # Kafka's TransactionCoordinator.handleInitProducerId: with no transactional id, a new id at
+    # epoch 0 whatever id and epoch the producer names (as Kafka 4.4 answered, tests/realkafka);
+    # KafkaApis.handleInitProducerIdRequest refuses an id without an epoch or the reverse.
+    error, first, epoch = _init_producer_id(wire, -1, -1)
+    assert (error, epoch) == (ErrorCode.none, 0)
+    for given_epoch in (0, 5):
+        error, again, epoch = _init_producer_id(wire, first, given_epoch)
+        assert (error, epoch) == (ErrorCode.none, 0)
+        assert again not in (first, -1)
+    for producer_id, given_epoch in ((first, -1), (-1, 3)):
+        assert _init_producer_id(wire, producer_id, given_epoch) == (
+            ErrorCode.invalid_request,
+            -1,
+            -1,
+        )
+
+
 @pytest.mark.parametrize(
     ("name", "partitions", "factor", "configs", "error"),
     [

@@ -126,6 +126,34 @@ def test_read_returns_at_least_one_batch_even_over_max_bytes() -> None:
     assert len(log.read(0, 10**6, log.log_end_offset)) == 2
 
 
+@settings(deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=10), min_size=1, max_size=8),
+    st.data(),
+)
+def test_read_slices_the_log_as_kafkas_log_segment_read(
+    counts: list[int], data: st.DataObject
+) -> None:
+    # Kafka's LogSegment.read: from the start of the batch holding the offset, at most
+    # max(max_bytes, first batch) bytes (min_one) or max_bytes, up to the upper bound; and
+    # ReplicaManager.readFromLog's empty answer when the first batch does not fit otherwise.
+    log = ReplicaLog()
+    for count in counts:
+        leader_append(log, make_batch(count))
+    offset = data.draw(st.integers(min_value=0, max_value=log.log_end_offset))
+    upper = data.draw(st.sampled_from([offset, *(b.next_offset for b in log.batches)]))
+    max_bytes = data.draw(st.integers(min_value=0, max_value=log.size_bytes + 10))
+    min_one = data.draw(st.booleans())
+    got = b"".join(log.read(offset, max_bytes, upper, min_one=min_one))
+    visible = [b for b in log.batches if b.next_offset > offset and b.next_offset <= upper]
+    available = b"".join(bytes(b.data) for b in visible)
+    first = len(visible[0].data) if visible else 0
+    if not visible or (first > max_bytes and not min_one):
+        assert got == b""
+    else:
+        assert got == available[: max(max_bytes, first) if min_one else max_bytes]
+
+
 def test_truncation_drops_whole_batches_and_forgets_their_epochs() -> None:
     log = ReplicaLog()
     leader_append(log, make_batch(5), epoch=0)

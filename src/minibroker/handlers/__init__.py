@@ -40,6 +40,7 @@ HANDLERS: Mapping[int, Handler] = {
     32: admin.handle_describe_configs,
     33: admin.handle_alter_configs,
     37: admin.handle_create_partitions,
+    42: consumer_groups.handle_delete_groups,
     44: admin.handle_incremental_alter_configs,
     60: basic.handle_describe_cluster,
     75: basic.handle_describe_topic_partitions,

@@ -38,6 +38,8 @@ _METADATA_TOPIC_IDS_VERSION = 12
 # Kafka's max.request.partition.size.limit: the most partitions one DescribeTopicPartitions answers.
 _DESCRIBE_PARTITION_LIMIT = 2000
 _NO_TOPIC_ID = uuid.UUID(int=0)
+_NO_PRODUCER_ID = -1
+_NO_PRODUCER_EPOCH = -1
 
 
 def handle_api_versions(ctx: RequestContext, request: Any) -> None:
@@ -314,23 +316,33 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> None:
             {
                 "throttle_time": 0,
                 "error_code": ErrorCode.transactional_id_authorization_failed,
-                "producer_id": -1,
-                "producer_epoch": -1,
+                "producer_id": _NO_PRODUCER_ID,
+                "producer_epoch": _NO_PRODUCER_EPOCH,
             }
         )
         return
-    producer_id = int(getattr(request, "producer_id", -1))
-    epoch = int(getattr(request, "producer_epoch", -1))
-    if producer_id >= 0 and epoch >= 0:
-        # KIP-360: an idempotent producer bumps its epoch after an unknown-outcome error
-        result = (producer_id, (epoch + 1) % 32767)
-    else:
-        result = (ctx.cluster.allocate_producer_id(), 0)
+    # Kafka's KafkaApis.handleInitProducerIdRequest: a producer id without an epoch (or the
+    # reverse) is INVALID_REQUEST; otherwise, with no transactional id,
+    # TransactionCoordinator.handleInitProducerId hands out a new producer id at epoch 0 whatever
+    # id and epoch were given (KIP-360's epoch bump happens only for a transactional id; an
+    # idempotent client that asks gets a fresh id).
+    given_id = int(getattr(request, "producer_id", _NO_PRODUCER_ID))
+    given_epoch = int(getattr(request, "producer_epoch", _NO_PRODUCER_EPOCH))
+    if (given_id == _NO_PRODUCER_ID) != (given_epoch == _NO_PRODUCER_EPOCH):
+        ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.invalid_request,
+                "producer_id": _NO_PRODUCER_ID,
+                "producer_epoch": _NO_PRODUCER_EPOCH,
+            }
+        )
+        return
     ctx.respond(
         {
             "throttle_time": 0,
             "error_code": 0,
-            "producer_id": result[0],
-            "producer_epoch": result[1],
+            "producer_id": ctx.cluster.allocate_producer_id(),
+            "producer_epoch": 0,
         }
     )

@@ -1,5 +1,5 @@
 """Consumer-group APIs over the pure ``GroupCoordinator``: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups.
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
 
 One coordinator object holds every group of the cluster (the in-process stand-in for the
 replicated ``__consumer_offsets`` log, so a group survives its coordinator broker stopping).
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GroupService",
+    "handle_delete_groups",
     "handle_describe_groups",
     "handle_find_coordinator",
     "handle_heartbeat",
@@ -535,3 +536,25 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> None:
         and (not states or g.state.value in states)
     ]
     ctx.respond({"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed})
+
+
+def handle_delete_groups(ctx: RequestContext, request: Any) -> None:
+    """As Kafka's ``KafkaApis.handleDeleteGroupsRequest`` and
+    ``GroupCoordinatorShard.deleteGroups``: each group named once (repeats are dropped),
+    NOT_COORDINATOR where this broker does not lead the group's ``__consumer_offsets``
+    partition; the coordinator deletes an Empty group with its committed offsets and answers
+    NON_EMPTY_GROUP for one with members or rebalancing, GROUP_ID_NOT_FOUND for one it does not
+    know (the empty name too, which Kafka accepts here for backward compatibility)."""
+    service = _service(ctx)
+    names = list(dict.fromkeys(request.groups_names))
+    outcome = service.coordinator.delete_groups(g for g in names if not _not_coordinator(ctx, g))
+    service.settle()
+    ctx.respond(
+        {
+            "throttle_time": 0,
+            "results": [
+                {"group_id": g, "error_code": outcome.get(g, ErrorCode.not_coordinator)}
+                for g in names
+            ],
+        }
+    )

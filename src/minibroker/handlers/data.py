@@ -2,7 +2,8 @@
 
 Batches travel as bytes: Produce checks each partition's one batch as Kafka does (header, CRC,
 and the framing of its records, ``_batch``) and hands it to the partition leader, which patches
-offsets in place; Fetch returns whole stored batches joined into one records field.
+offsets in place; Fetch returns stored batches joined into one records field, cut at its byte
+limits as Kafka cuts them.
 """
 
 from __future__ import annotations
@@ -139,6 +140,22 @@ def _epoch_error(requested: int, partition: Partition) -> ErrorCode | None:
     return ErrorCode.unknown_leader_epoch
 
 
+def _leader_error(partition: Partition, broker_id: int, requested_epoch: int) -> ErrorCode | None:
+    """Why ``broker_id`` may not serve a client's Fetch or ListOffsets of ``partition``, as Kafka
+    decides it: a broker with no replica answers NOT_LEADER_OR_FOLLOWER
+    (``ReplicaManager.getPartitionOrError``); a replica checks the client's current leader epoch
+    first and leadership after (``Partition.localLogWithEpochOrThrow``), so a follower answers
+    FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH to an epoch that is not its own."""
+    if broker_id not in partition.replicas:
+        return ErrorCode.not_leader_or_follower
+    epoch_error = _epoch_error(requested_epoch, partition)
+    if epoch_error is not None:
+        return epoch_error
+    if partition.leader != broker_id:
+        return ErrorCode.not_leader_or_follower
+    return None
+
+
 class _Fetch:
     """One Fetch request, answered at once or when data arrives or max wait passes."""
 
@@ -151,14 +168,21 @@ class _Fetch:
         self.watched: list[Partition] = []
         self.timer: Any = None
         self.wake_scheduled = False
+        # What compute() has left of the request's max_bytes, and whether the next partition with
+        # data may still exceed it.
+        self.remaining = 0
+        self.min_one = True
 
     def compute(self) -> tuple[dict[str, Any], int, bool]:
-        ctx = self.ctx
-        controller = ctx.cluster.controller
-        broker_id = ctx.broker_id
+        controller = self.ctx.cluster.controller
         request = self.request
-        remaining = getattr(request, "max_bytes", 2**31 - 1)
         read_committed = getattr(request, "isolation_level", 0) == 1
+        # Kafka's ReplicaManager.readFromLog: partitions are read in request order, each up to
+        # min(partition_max_bytes, what is left of max_bytes); the first batch of the first
+        # partition with data comes whole even past both limits (KIP-74), and from then on the
+        # limits hold, a partition whose first batch does not fit getting nothing.
+        self.remaining = max(getattr(request, "max_bytes", 2**31 - 1), 0)
+        self.min_one = True
         total = 0
         errors = False
         responses = []
@@ -183,44 +207,44 @@ class _Fetch:
                     entry["error_code"] = ErrorCode.unknown_topic_or_partition
                     errors = True
                     continue
-                partition = topic.partitions[index]
-                if partition.leader != broker_id:
-                    entry["error_code"] = ErrorCode.not_leader_or_follower
-                    if partition.leader >= 0:
-                        entry["current_leader"] = _leader_hint(partition)
+                size = self._read(entry, topic.partitions[index], fetch_partition)
+                if size < 0:
                     errors = True
-                    continue
-                epoch_error = _epoch_error(
-                    getattr(fetch_partition, "current_leader_epoch", -1), partition
-                )
-                if epoch_error is not None:
-                    entry["error_code"] = epoch_error
-                    errors = True
-                    continue
-                log = partition.leader_log
-                high_watermark = log.high_watermark
-                # No transactions, so the last stable offset is the high watermark.
-                entry["high_watermark"] = high_watermark
-                entry["last_stable_offset"] = high_watermark
-                entry["log_start_offset"] = log.log_start_offset
-                offset = fetch_partition.fetch_offset
-                if offset < log.log_start_offset or offset > log.log_end_offset:
-                    entry["error_code"] = ErrorCode.offset_out_of_range
-                    errors = True
-                    continue
-                self.watched.append(partition)
-                if offset < high_watermark and remaining > 0:
-                    chunks = log.read(
-                        offset, min(fetch_partition.partition_max_bytes, remaining), high_watermark
-                    )
-                    if chunks:
-                        records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                        entry["records"] = records
-                        total += len(records)
-                        remaining -= len(records)
+                total += max(size, 0)
             responses.append({"topic": fetch_topic.topic, "partitions": entries})
         values = {"throttle_time": 0, "error_code": _NONE, "session_id": 0, "responses": responses}
         return values, total, errors
+
+    def _read(self, entry: dict[str, Any], partition: Partition, fetch_partition: Any) -> int:
+        """Fill one partition's ``entry``; the bytes of records it got, or -1 on an error."""
+        error = _leader_error(
+            partition, self.ctx.broker_id, getattr(fetch_partition, "current_leader_epoch", -1)
+        )
+        if error is not None:
+            entry["error_code"] = error
+            if error == ErrorCode.not_leader_or_follower and partition.leader >= 0:
+                entry["current_leader"] = _leader_hint(partition)
+            return -1
+        log = partition.leader_log
+        high_watermark = log.high_watermark
+        # No transactions, so the last stable offset is the high watermark.
+        entry["high_watermark"] = high_watermark
+        entry["last_stable_offset"] = high_watermark
+        entry["log_start_offset"] = log.log_start_offset
+        offset = fetch_partition.fetch_offset
+        if offset < log.log_start_offset or offset > log.log_end_offset:
+            entry["error_code"] = ErrorCode.offset_out_of_range
+            return -1
+        self.watched.append(partition)
+        limit = min(fetch_partition.partition_max_bytes, self.remaining)
+        chunks = log.read(offset, limit, high_watermark, min_one=self.min_one)
+        if not chunks:
+            return 0
+        records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        entry["records"] = records
+        self.remaining = max(self.remaining - len(records), 0)
+        self.min_one = False
+        return len(records)
 
     def start(self) -> None:
         values, size, errors = self.compute()
@@ -314,12 +338,11 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> None:
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 continue
             partition = topic.partitions[index]
-            if partition.leader != ctx.broker_id:
-                entry["error_code"] = ErrorCode.not_leader_or_follower
-                continue
-            epoch_error = _epoch_error(getattr(item, "current_leader_epoch", -1), partition)
-            if epoch_error is not None:
-                entry["error_code"] = epoch_error
+            error = _leader_error(
+                partition, ctx.broker_id, getattr(item, "current_leader_epoch", -1)
+            )
+            if error is not None:
+                entry["error_code"] = error
                 continue
             log = partition.leader_log
             high_watermark = log.high_watermark

@@ -33,6 +33,7 @@ SUPPORTED_VERSIONS: Mapping[int, tuple[int, int]] = {
     32: (1, 4),  # DescribeConfigs: 1 / 2 / 4
     33: (0, 2),  # AlterConfigs
     37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups: 2 / - / 2 (Kafka 4.4: 0-3; kio stops at 2)
     44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 2),  # DescribeCluster: - / - / 2
     75: (0, 0),  # DescribeTopicPartitions (KIP-966; the Java admin client's describeTopics)
@@ -59,6 +60,7 @@ API_NAMES: Mapping[int, str] = {
     32: "DescribeConfigs",
     33: "AlterConfigs",
     37: "CreatePartitions",
+    42: "DeleteGroups",
     44: "IncrementalAlterConfigs",
     60: "DescribeCluster",
     75: "DescribeTopicPartitions",
