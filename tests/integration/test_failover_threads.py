@@ -183,8 +183,9 @@ def consume_values(bootstrap: str, topic: str, expected: int) -> dict[int, list[
         n = 0
         while n < expected and time.monotonic() < deadline:
             for m in c.consume(5000, 0.2):
-                if m.error() is None:
-                    out[m.partition()].append(m.value())
+                partition, value = m.partition(), m.value()
+                if m.error() is None and partition is not None and value is not None:
+                    out[partition].append(value)
                     n += 1
         return out
     finally:
