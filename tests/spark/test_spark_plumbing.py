@@ -46,6 +46,15 @@ def test_discard_closes_and_the_next_get_builds_fresh() -> None:
     cache.discard("missing")  # nothing to close, no error
 
 
+def test_take_forgets_without_closing() -> None:
+    cache: ProducerCache[FakeProducer] = ProducerCache()
+    first, _ = cache.get("a", FakeProducer)
+    assert cache.take("a") is first
+    assert first.closed == 0  # the caller closes it, as it needs
+    assert cache.take("a") is None
+    assert cache.get("a", FakeProducer)[1]
+
+
 def test_close_all_closes_every_producer_once() -> None:
     cache: ProducerCache[FakeProducer] = ProducerCache()
     producers = [cache.get(k, FakeProducer)[0] for k in "abc"]

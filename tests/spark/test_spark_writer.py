@@ -10,10 +10,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
+from pyspark.accumulators import AccumulatorParam
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
+from failover_partitioner import UndeliveredMessage
 from failover_partitioner.errors import ConfigError
 from failover_partitioner.spark import ColumnError, KafkaBatchWriter, WriteSummary, write_to_kafka
 from minibroker import Cluster
@@ -121,10 +124,119 @@ def test_failed_rows_fail_the_task_or_are_counted(spark: SparkSession, cluster: 
     assert (summary.rows, summary.delivered, summary.failed) == (50, 49, 1)
 
 
-def test_a_null_topic_fails_the_task_with_its_reason(spark: SparkSession, cluster: Cluster) -> None:
-    df = spark.createDataFrame([("v", None)], "value string, topic string")
-    with pytest.raises(PythonException, match="null 'topic'"):
-        write_to_kafka(df, producer_config=conf(cluster))
+def test_every_task_calls_its_own_copy_of_the_dead_letter_hook(
+    spark: SparkSession, cluster: Cluster
+) -> None:
+    # Each task unpickles its own copy of the hook, and the accumulator it adds to is
+    # registered with that task: a reused producer calling the copy of the task that built it
+    # would add where the driver never looks.
+    cluster.create_topic(
+        "dead-letters", partitions=3, replication_factor=3, config={"max.message.bytes": "1024"}
+    )
+    hook_calls = spark.sparkContext.accumulator(0)
+
+    def dead_letter(message: UndeliveredMessage, err: Any) -> None:
+        hook_calls.add(1)
+
+    df = spark.range(80, numPartitions=8).selectExpr(
+        "CASE WHEN id % 10 = 7 THEN repeat('x', 4096) ELSE CAST(id AS STRING) END AS value"
+    )
+    summary = write_to_kafka(
+        df,
+        "dead-letters",
+        conf(cluster) | {"batch.num.messages": 1},
+        raise_on_failed_rows=False,
+        dead_letter=dead_letter,
+    )
+
+    assert summary.producers_built < summary.tasks == 8  # tasks reused producers
+    assert (summary.failed, hook_calls.value) == (8, 8)
+
+
+def test_a_row_over_the_clients_message_max_bytes_fails_finally_like_any_other(
+    spark: SparkSession, cluster: Cluster
+) -> None:
+    # librdkafka refuses the row before taking it (produce raises): neither a raw exception
+    # out of the task nor a row missing from the counts.
+    cluster.create_topic("client-limit", partitions=3, replication_factor=3)
+    settings = conf(cluster) | {"message.max.bytes": 2048}
+    df = spark.range(50, numPartitions=2).selectExpr(
+        "CASE WHEN id = 7 THEN repeat('x', 4096) ELSE CAST(id AS STRING) END AS value"
+    )
+
+    with pytest.raises(
+        PythonException,
+        match=r"RowsFailedError: row 7 of this partition is too large for the producer: its "
+        r"'value' column is 4096 bytes .* message\.max\.bytes is 2048\. Raise",
+    ):
+        write_to_kafka(df, "client-limit", settings)
+
+    class Collect(AccumulatorParam[tuple[Any, ...]]):  # local: pickled by value to workers
+        def zero(self, value: tuple[Any, ...]) -> tuple[Any, ...]:
+            return ()
+
+        def addInPlace(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+            return a + b
+
+    seen = spark.sparkContext.accumulator((), Collect())
+
+    def dead_letter(message: UndeliveredMessage, err: Any) -> None:
+        seen.add(((type(message).__name__, len(message.value or ""), err.code()),))
+
+    summary = write_to_kafka(
+        df, "client-limit", settings, raise_on_failed_rows=False, dead_letter=dead_letter
+    )
+    assert (summary.rows, summary.delivered, summary.failed) == (50, 49, 1)
+    # As the hook gets a row the brokers refused.
+    assert seen.value == (("UndeliveredMessage", 4096, KafkaError.MSG_SIZE_TOO_LARGE),)
+
+
+def test_a_task_past_flush_timeout_s_fails_without_waiting_longer(spark: SparkSession) -> None:
+    # Every partition under min ISR: no row can be delivered. The failed task's producer is
+    # closed at once, not after close()'s own 30 s flush.
+    with Cluster(brokers=3, config={"min.insync.replicas": "2"}) as three:
+        three.create_topic("under-min-isr", partitions=3, replication_factor=3)
+        three.stop_broker(2)
+        three.stop_broker(3)
+        wait_for(
+            lambda: all(len(st.isr) == 1 for st in three.describe("under-min-isr")),
+            "every partition's ISR to shrink to one replica",
+        )
+        df = spark.range(20, numPartitions=1).selectExpr("CAST(id AS STRING) AS value")
+
+        started = time.monotonic()
+        with pytest.raises(
+            PythonException,
+            match=r"20 of 20 rows had no final outcome after flush_timeout_s=2; closing this "
+            r"worker's producer handed back \d+ undelivered row",
+        ):
+            write_to_kafka(df, "under-min-isr", conf(three), flush_timeout_s=2)
+        assert time.monotonic() - started < 2 + 10
+
+
+@pytest.mark.parametrize(
+    ("ddl", "row", "message"),
+    [
+        ("value string, topic string", ("v", None), "row 0 of this partition has a null 'topic'"),
+        (
+            "value string, headers array<struct<key:string,value:binary>>",
+            ("v", [("k", b"v"), None]),
+            r"row 0 of this partition has a null element at index 1 of its 'headers' column; "
+            r"filter them out, e\.g\. with filter\(headers, h -> h IS NOT NULL AND h\.key IS NOT",
+        ),
+        (
+            "value string, headers array<struct<key:string,value:binary>>",
+            ("v", [(None, b"v")]),
+            "row 0 of this partition has a header with a null key at index 0 of its 'headers'",
+        ),
+    ],
+)
+def test_a_row_that_cannot_be_produced_fails_the_task_with_its_reason(
+    spark: SparkSession, cluster: Cluster, ddl: str, row: tuple[Any, ...], message: str
+) -> None:
+    df = spark.createDataFrame([row], ddl)
+    with pytest.raises(PythonException, match=f"RowError: {message}"):
+        write_to_kafka(df, "t" if "topic" not in ddl else None, producer_config=conf(cluster))
 
 
 @pytest.mark.parametrize(

@@ -75,12 +75,17 @@ class ProducerCache(Generic[P]):
         return producer, built
 
     def discard(self, key: str) -> None:
-        """Close and forget the producer for ``key`` (after a failed task: start clean)."""
-        with self._lock:
-            self._forget_if_forked()
-            producer = self._pop(key) if key in self._producers else None
+        """Close and forget the producer for ``key``."""
+        producer = self.take(key)
         if producer is not None:
             _close(key, producer)
+
+    def take(self, key: str) -> P | None:
+        """Forget the producer for ``key`` without closing it, and return it (None if there
+        is none): the caller closes it as it needs (after a failed task, without waiting)."""
+        with self._lock:
+            self._forget_if_forked()
+            return self._pop(key) if key in self._producers else None
 
     def close_all(self) -> None:
         """Close every producer this process built (registered with ``atexit``)."""

@@ -64,8 +64,23 @@ class FailureLog:
         self.user_hook = user_hook
         self.first_error: str | None = None
 
-    def reset(self) -> None:
+    def start_task(self, user_hook: DeadLetterHook | None) -> None:
+        """Begin a task that calls ``user_hook``: the copy PySpark deserialised for this task.
+
+        The producer outlives the task that built it, but a hook must not: an accumulator it
+        adds to is registered with the task that unpickled it, and what a later task adds to
+        an earlier task's copy never reaches the driver.
+        """
+        self.user_hook = user_hook
         self.first_error = None
+
+    def refused(self, message: UndeliveredMessage, err: Any, why: str) -> None:
+        """A row the client refused before taking it (``produce`` raised): it fails finally
+        as a row the brokers refused does, and ``why`` is the task's first error if none
+        came before."""
+        if self.first_error is None:
+            self.first_error = why
+        self(message, err)
 
     def __call__(self, message: UndeliveredMessage, err: Any) -> None:
         if self.first_error is None:
@@ -81,8 +96,9 @@ class ExecutorProducer:
     producer: FailoverProducer
     failures: FailureLog
 
-    def close(self) -> list[UndeliveredMessage]:
-        return self.producer.close()
+    def close(self, timeout_s: float = 30.0) -> list[UndeliveredMessage]:
+        """Close the producer after up to ``timeout_s`` to flush; what it still held, back."""
+        return self.producer.close(timeout_s)
 
 
 def open_producer(config: Mapping[str, Any], options: Mapping[str, Any]) -> ExecutorProducer:
