@@ -5,8 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]  # stubs lag
 
 from failover_partitioner import ConfigError, MetadataUnavailable, TopicMetadata
 from failover_partitioner.health import PartitionMetadata
@@ -16,7 +21,7 @@ from failover_partitioner.metadata import (
     PartitionsAnswer,
     RefreshSchedule,
 )
-from failover_partitioner.metadata.confluent import admin_config
+from failover_partitioner.metadata.confluent import ConfluentMetadataSource, admin_config
 
 
 class Clock:
@@ -29,7 +34,7 @@ class Clock:
 
 class FakeSource:
     def __init__(self) -> None:
-        self.isr = (1, 2, 3)
+        self.isr: tuple[int, ...] = (1, 2, 3)
         self.fail_partitions = 0  # how many next partitions() calls raise
         self.min_isr: MinIsr | None = MinIsr(value=2, source="topic")
         self.min_isr_raises = False
@@ -346,3 +351,131 @@ def test_close_of_an_idle_refresher_runs_its_last_step_before_it_returns() -> No
     closed: list[str] = []
     r.close(5.0, then=lambda: closed.append("client"))
     assert closed == ["client"]
+
+
+class LateFirstAnswerSource(FakeSource):
+    """The first request (the thread's) is answered late, with the cluster as it was when
+    the request was sent; a refresh() sent after it is answered at once."""
+
+    def __init__(self, *, hold: str) -> None:
+        super().__init__()
+        self.hold = hold  # "partitions" or "min_isr": which first request is held
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self._held = False
+
+    def _wait_if_first(self, what: str) -> None:
+        if what == self.hold and not self._held:
+            self._held = True
+            self.entered.set()
+            self.release.wait(10)
+
+    def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
+        answer = super().partitions(topic, timeout_s)
+        self._wait_if_first("partitions")
+        return answer
+
+    def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None:
+        answer = super().min_insync_replicas(topic, timeout_s)
+        self._wait_if_first("min_isr")
+        return answer
+
+
+def test_an_older_answer_arriving_last_does_not_replace_a_refreshed_view() -> None:
+    source = LateFirstAnswerSource(hold="partitions")
+    source.isr = (1,)  # degraded when the thread asks
+    updates: list[TopicMetadata] = []
+    r = MetadataRefresher(source, updates.append, refresh_s=30.0)
+    r.start()
+    try:
+        r.watch("orders")
+        assert source.entered.wait(5)
+        source.isr = (1, 2, 3)  # recovered; the user's refresh() sees it
+        assert r.fetch_now("orders", 1.0).partitions[0].isr == (1, 2, 3)
+        source.release.set()
+    finally:
+        r.close(5.0)  # the thread's fetch is over once close() returns
+    assert source.calls == 2
+    view = r.metadata("orders")
+    assert view is not None
+    assert view.partitions[0].isr == (1, 2, 3)
+    assert [u.partitions[0].isr for u in updates] == [(1, 2, 3)]
+
+
+def test_an_older_min_isr_answer_arriving_last_is_not_used() -> None:
+    source = LateFirstAnswerSource(hold="min_isr")
+    updates: list[TopicMetadata] = []
+    r = MetadataRefresher(source, updates.append, refresh_s=30.0)
+    r.start()
+    try:
+        r.watch("orders")
+        assert source.entered.wait(5)
+        source.min_isr = MinIsr(value=1, source="topic")  # lowered by an operator
+        assert r.fetch_now("orders", 1.0).min_insync_replicas == 1
+        source.release.set()
+    finally:
+        r.close(5.0)
+    # The thread's own partitions request went out after the refresh()'s: its view is the
+    # newest, with the newest min ISR (1), not the 2 its own lookup brought late.
+    assert [u.min_insync_replicas for u in updates] == [1, 1]
+    view = r.metadata("orders")
+    assert view is not None
+    assert view.min_insync_replicas == 1
+
+
+class FakeClusterClient:
+    """A producer's list_topics: topic "orders", partitions led by brokers 3, 2, 3."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        parts = {
+            p: SimpleNamespace(leader=leader, replicas=[1, 2, 3], isrs=[1, 2, 3])
+            for p, leader in enumerate((3, 2, 3))
+        }
+        orders = SimpleNamespace(partitions=parts, error=None)
+        return SimpleNamespace(topics={"orders": orders}, brokers={1: None, 2: None, 3: None})
+
+
+class FakeAdmin:
+    """DescribeConfigs as librdkafka routes it: to the controller (here a stopped broker that
+    never answers) unless a BROKER resource names the broker; ``refuse``: what brokers answer."""
+
+    def __init__(self, refuse: int | None = None) -> None:
+        self.refuse = refuse
+        self.asked: list[str] = []
+
+    def describe_configs(self, resources: list[Any], request_timeout: float) -> dict[Any, Any]:
+        brokers = [r.name for r in resources if r.restype == ConfigResource.Type.BROKER]
+        self.asked.append(brokers[0] if brokers else "controller")
+        futures: dict[Any, Future[Any]] = {r: Future() for r in resources}
+        if brokers:
+            for future in futures.values():
+                if self.refuse is not None:
+                    future.set_exception(KafkaException(KafkaError(self.refuse)))
+                else:
+                    entry = SimpleNamespace(value="2", source=5)  # DEFAULT_CONFIG
+                    future.set_result({"min.insync.replicas": entry})
+        return futures
+
+
+class FakeAdminSource(ConfluentMetadataSource):
+    def __init__(self, admin: FakeAdmin) -> None:
+        super().__init__(FakeClusterClient(), {})
+        self.admin = admin
+
+    def _admin_client(self) -> Any:
+        return self.admin
+
+
+def test_a_min_isr_lookup_the_controller_does_not_answer_goes_to_a_leader() -> None:
+    source = FakeAdminSource(FakeAdmin())
+    source.partitions("orders", 1.0)
+    assert source.min_insync_replicas("orders", 2.0) == MinIsr(value=2, source="broker")
+    assert source.admin.asked == ["controller", "3"]  # the first leader, after _HEDGE_S
+
+
+def test_a_brokers_error_is_the_answer_not_a_reason_to_ask_another() -> None:
+    source = FakeAdminSource(FakeAdmin(refuse=KafkaError.UNKNOWN_TOPIC_OR_PART))
+    source.partitions("orders", 1.0)
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        source.min_insync_replicas("orders", 2.0)
+    assert source.admin.asked == ["controller", "3"]

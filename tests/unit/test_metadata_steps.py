@@ -179,3 +179,15 @@ def test_the_asyncio_refresher_keeps_the_last_view_and_falls_back_to_min_isr_1(
 def test_the_asyncio_refresher_refuses_a_bad_timeout_under_the_producers_option() -> None:
     with pytest.raises(ConfigError, match=r"^metadata_timeout_s must be"):
         AioMetadataRefresher(FakeAsyncSource(), lambda md: None, request_timeout_s=0)
+
+
+def test_an_answer_is_taken_unless_one_to_a_later_request_was() -> None:
+    order = _steps.AnswerOrder()
+    first, second = order.sent("orders"), order.sent("orders")
+    other = order.sent("payments")
+    assert order.take("orders", second)
+    assert not order.take("orders", first)  # older, arriving last
+    assert order.take("payments", other)  # topics apart
+    third = order.sent("orders")
+    assert order.take("orders", third)
+    assert not order.take("orders", third)  # once

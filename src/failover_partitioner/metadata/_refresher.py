@@ -7,7 +7,9 @@ the producer asks (a delivery error that calls for it), but never more often tha
 is asked every ``min_isr_refresh_s``; while a partition is out of use, every
 ``DEGRADED_MIN_ISR_S`` at most (an operator lowering it is often what brings the topic back),
 and at every explicit fetch (``fetch_now``). A failed fetch keeps the last metadata (its age grows,
-visible through :meth:`MetadataRefresher.age_s`) and is tried again with back-off.
+visible through :meth:`MetadataRefresher.age_s`) and is tried again with back-off. A fetch on
+the caller's thread may overlap the thread's own: an answer to a request sent before the one
+the current view (or min ISR) came from is dropped, whichever arrives last.
 """
 
 from __future__ import annotations
@@ -226,6 +228,12 @@ class MetadataRefresher:
         self._then: Callable[[], None] | None = None  # close()'s last step, run once
         self._metadata: dict[str, TopicMetadata] = {}
         self._min_isr: dict[str, MinIsr] = {}
+        # Requests numbered as sent (under _lock), so an older answer never replaces a newer.
+        self._views_order = _steps.AnswerOrder()
+        self._min_isr_order = _steps.AnswerOrder()
+        # Held from taking a view to on_update's return: views reach on_update in order too.
+        # Reentrant: on_update may call back into the refresher.
+        self._apply_lock = threading.RLock()
         self._warned_default: set[str] = set()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = False
@@ -339,7 +347,7 @@ class MetadataRefresher:
     ) -> TopicMetadata | None:
         min_isr = self._resolve_min_isr(topic, min_isr_budget_s)
         try:
-            answer = self._partitions_with_retries(topic, deadline)
+            number, answer = self._partitions_with_retries(topic, deadline)
         except Exception as exc:
             with self._lock:
                 self._schedule.fetched(topic, self._clock(), ok=False)
@@ -347,16 +355,28 @@ class MetadataRefresher:
             return None
         now = self._clock()
         md = _steps.topic_metadata(topic, answer, min_isr, now, self._warned_default, logger)
-        with self._lock:
-            self._schedule.fetched(topic, now, ok=True, exists=answer.exists)
-            self._metadata[topic] = md
-        self._on_update(md)
+        with self._apply_lock:
+            with self._lock:
+                self._schedule.fetched(topic, now, ok=True, exists=answer.exists)
+                newest = self._views_order.take(topic, number)
+                if newest:
+                    self._metadata[topic] = md
+                else:
+                    md = self._metadata[topic]
+            if not newest:
+                logger.debug("metadata for topic %s answered after a newer answer: dropped", topic)
+                return md
+            self._on_update(md)
         return md
 
-    def _partitions_with_retries(self, topic: str, deadline: float) -> PartitionsAnswer:
-        def attempt() -> PartitionsAnswer:
+    def _partitions_with_retries(self, topic: str, deadline: float) -> tuple[int, PartitionsAnswer]:
+        """The answer, and the number of the request that brought it (see AnswerOrder)."""
+
+        def attempt() -> tuple[int, PartitionsAnswer]:
             remaining = max(0.05, deadline - self._clock())
-            return self._source.partitions(topic, remaining)
+            with self._lock:
+                number = self._views_order.sent(topic)
+            return number, self._source.partitions(topic, remaining)
 
         retrying = Retrying(
             stop=_steps.fetch_stop(deadline, self._clock()), wait=_steps.FETCH_WAIT, reraise=True
@@ -375,6 +395,8 @@ class MetadataRefresher:
             return cached
         if due:
             timeout = self._timeout_s if budget_s is None else budget_s
+            with self._lock:
+                number = self._min_isr_order.sent(topic)
             try:
                 answer = self._source.min_insync_replicas(topic, timeout)
                 if answer is not None:
@@ -386,7 +408,8 @@ class MetadataRefresher:
                 self._schedule.min_isr_fetched(
                     topic, self._clock(), ok=answer is not None, budgeted=budget_s is not None
                 )
-                if answer is not None:
+                if answer is not None and self._min_isr_order.take(topic, number):
                     self._min_isr[topic] = answer
-                    cached = answer
+                # A lookup sent later may have answered first: its value is the one to use.
+                cached = self._min_isr.get(topic, cached)
         return cached

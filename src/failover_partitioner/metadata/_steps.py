@@ -18,6 +18,7 @@ from failover_partitioner.metadata._source import MinIsr, PartitionsAnswer
 
 __all__ = [
     "FETCH_WAIT",
+    "AnswerOrder",
     "check_request_timeout_s",
     "default_min_isr",
     "fetch_stop",
@@ -29,6 +30,30 @@ __all__ = [
 
 # Between a fetch's tries: 50 ms, doubling, at most 1 s.
 FETCH_WAIT = wait_exponential(multiplier=0.05, max=1.0)
+
+
+class AnswerOrder:
+    """Keeps the answers of overlapping requests in order. Each request is numbered as it is
+    sent (:meth:`sent`); its answer is taken (:meth:`take`) unless the answer to one sent
+    later was taken already. A ``refresh()`` racing the background's fetch of the same topic
+    would otherwise let the older answer, arriving last, replace the newer view. Plain
+    state: the caller locks."""
+
+    __slots__ = ("_sent", "_taken")
+
+    def __init__(self) -> None:
+        self._sent: dict[str, int] = {}
+        self._taken: dict[str, int] = {}
+
+    def sent(self, key: str) -> int:
+        number = self._sent[key] = self._sent.get(key, 0) + 1
+        return number
+
+    def take(self, key: str, number: int) -> bool:
+        if number <= self._taken.get(key, 0):
+            return False
+        self._taken[key] = number
+        return True
 
 
 def fetch_stop(deadline: float, now: float) -> stop_base:

@@ -10,6 +10,14 @@ not in metadata responses (KIP-637 was never implemented), so it comes from Desc
 the topic, which answers with the effective value and whether the topic or the broker set it.
 A user without DESCRIBE_CONFIGS on the topic gets the brokers' own value instead (DescribeConfigs
 on a broker, which needs DESCRIBE_CONFIGS on the cluster), marked ``"broker-default"``.
+
+librdkafka sends a topic's DescribeConfigs to the broker its metadata names controller, and a
+broker's to that broker; either may be a broker that stopped, still listed until the controller
+fences it (``broker.session.timeout.ms``, 9 s), and the admin client's metadata may keep naming
+it for minutes. The request would wait all its timeout for it. So a lookup not answered within
+``_HEDGE_S`` is also sent to brokers of the last metadata answer, those leading a partition of
+the topic first (a request with a BROKER resource goes to that broker, and any broker answers
+for a topic); the first answer counts.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -32,6 +41,11 @@ __all__ = ["ConfluentMetadataSource", "admin_config"]
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC_CODES = frozenset({3, -188})  # UNKNOWN_TOPIC_OR_PART, librdkafka's _UNKNOWN_TOPIC
+# A DescribeConfigs not answered this soon is also sent to other brokers, at most this many.
+_HEDGE_S = 0.25
+_OTHER_BROKERS = 3
+# A failed rack lookup is tried again after this, doubling up to racks_refresh_s.
+_RACKS_RETRY_S = 1.0
 
 
 def admin_config(producer_conf: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -45,10 +59,62 @@ def admin_config(producer_conf: Mapping[str, Any]) -> dict[str, Any] | None:
     return companion_conf(producer_conf, "admin", drop=NOT_FOR_ADMIN)
 
 
-def _described(admin: Any, resource: Any, timeout_s: float) -> Any:
-    """The ``min.insync.replicas`` entry of ``resource``'s configs, or None if it has none."""
-    futures = admin.describe_configs([resource], request_timeout=timeout_s)
-    entry = next(iter(futures.values())).result(timeout=timeout_s + 1.0).get("min.insync.replicas")
+# A way to ask: given the time left, start a request; its future gives the resource's configs.
+_Start = Callable[[float], "Future[Any]"]
+
+
+def _describe(admin: Any, wanted: Any, *others: Any) -> _Start:
+    """Ask for ``wanted``'s configs, in one request with ``others`` (a BROKER resource among
+    them sends it to that broker)."""
+
+    def start(timeout_s: float) -> Future[Any]:
+        futures = admin.describe_configs([wanted, *others], request_timeout=timeout_s)
+        future: Future[Any] = futures[wanted]
+        return future
+
+    return start
+
+
+def _local(exc: BaseException) -> bool:
+    """Whether ``exc`` is librdkafka's own (no connection, timed out: another broker may
+    answer), not a broker's answer (refused, unknown topic: the cluster's word)."""
+    return not isinstance(exc, KafkaException) or exc.args[0].code() < 0
+
+
+def _first_answer(starts: Iterator[_Start], deadline: float, what: str) -> Any:
+    """The configs of the first request of ``starts`` to answer by ``deadline``: the first is
+    sent at once, each next when those before failed locally (see :func:`_local`) or gave no
+    answer for ``_HEDGE_S``. A broker's error is the answer: raised."""
+    pending: set[Future[Any]] = set()
+    more, last, hedge_at = True, None, 0.0
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        if more and (not pending or now >= hedge_at):
+            start = next(starts, None)
+            more = start is not None
+            if start is not None:
+                pending.add(start(max(0.05, deadline - now)))
+                hedge_at = now + _HEDGE_S
+            continue
+        if not pending:
+            break
+        until = deadline if not more else min(deadline, hedge_at)
+        done, pending = wait(pending, timeout=until - now, return_when=FIRST_COMPLETED)
+        for future in done:
+            exc = future.exception()
+            if exc is None:
+                return future.result()
+            if not _local(exc):
+                raise exc
+            last = exc
+    raise MetadataUnavailable(f"no broker answered DescribeConfigs of {what} (last: {last})")
+
+
+def _min_isr_entry(configs: Any) -> Any:
+    """The ``min.insync.replicas`` entry of a resource's configs, or None if it has none."""
+    entry = configs.get("min.insync.replicas")
     return None if entry is None or entry.value is None else entry
 
 
@@ -67,10 +133,11 @@ class ConfluentMetadataSource:
         self._admin_conf = None if admin_conf is None else dict(admin_conf)
         self._admin: Any = None
         self._admin_lock = threading.Lock()
-        self._want_racks = want_racks
-        self._racks_refresh_s = racks_refresh_s
-        self._racks: dict[int, str | None] = {}
-        self._racks_at: float | None = None
+        self._racks = _BrokerRacks(self._admin_client, racks_refresh_s) if want_racks else None
+        # Per topic, the brokers of its last metadata answer, its partitions' leaders first;
+        # and those of the last answer for any topic.
+        self._brokers: dict[str, tuple[int, ...]] = {}
+        self._listed: tuple[int, ...] = ()
 
     def _admin_client(self) -> Any:
         if self._admin_conf is None:
@@ -95,7 +162,9 @@ class ConfluentMetadataSource:
             raise MetadataUnavailable(
                 f"metadata for topic {topic!r} has no partitions (error: {t.error})"
             )
-        racks = self._broker_racks(timeout_s) if self._want_racks else {}
+        self._brokers[topic] = _leaders_first(t, md.brokers)
+        self._listed = tuple(int(b) for b in md.brokers)
+        racks = {} if self._racks is None else self._racks.get(topic, timeout_s)
         count = max(t.partitions) + 1
         parts = []
         for pid in range(count):
@@ -126,15 +195,25 @@ class ConfluentMetadataSource:
         )
 
         deadline = time.monotonic() + timeout_s
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+        def brokers() -> Iterator[Any]:  # listed only once needed
+            for b in self._brokers_to_ask(topic, deadline):
+                yield ConfigResource(ConfigResource.Type.BROKER, str(b))
+
+        def ways() -> Iterator[_Start]:
+            yield _describe(admin, resource)  # to the controller
+            for broker in brokers():
+                yield _describe(admin, resource, broker)  # to that broker
+
         try:
-            entry = _described(admin, ConfigResource(ConfigResource.Type.TOPIC, topic), timeout_s)
+            entry = _min_isr_entry(_first_answer(ways(), deadline, f"topic {topic}"))
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
                 raise
             # No DESCRIBE_CONFIGS on the topic: the brokers' own value is the better guess.
-            brokers = self._client.list_topics(timeout=max(0.05, deadline - time.monotonic()))
-            broker = ConfigResource(ConfigResource.Type.BROKER, str(next(iter(brokers.brokers))))
-            entry = _described(admin, broker, max(0.05, deadline - time.monotonic()))
+            asks = (_describe(admin, broker) for broker in brokers())
+            entry = _min_isr_entry(_first_answer(asks, deadline, "a broker"))
             if entry is None:
                 return None
             return MinIsr(value=max(1, int(entry.value)), source="broker-default")
@@ -144,20 +223,105 @@ class ConfluentMetadataSource:
         source = "topic" if entry.source in (topic_level, topic_level.value) else "broker"
         return MinIsr(value=max(1, int(entry.value)), source=source)
 
-    def _broker_racks(self, timeout_s: float) -> dict[int, str | None]:
-        now = time.monotonic()
-        if self._racks_at is not None and now - self._racks_at < self._racks_refresh_s:
-            return self._racks
-        admin = self._admin_client()
-        if admin is None:
-            return self._racks
-        try:
-            cluster = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s)
-            self._racks = {int(n.id): n.rack for n in cluster.nodes}
-        except Exception as exc:
-            logger.info("broker racks not available (DescribeCluster failed: %s)", exc)
-        self._racks_at = now
-        return self._racks
+    def _brokers_to_ask(self, topic: str, deadline: float) -> tuple[int, ...]:
+        """At most ``_OTHER_BROKERS`` brokers of ``topic``'s last metadata answer, those leading
+        one of its partitions first; else of the last answer for any topic; else asked now (a
+        request that may wait long: the client sends it where it sent the last one)."""
+        known = self._brokers.get(topic) or self._listed
+        if not known:
+            try:
+                md = self._client.list_topics(topic, timeout=max(0.05, deadline - time.monotonic()))
+            except KafkaException as exc:
+                logger.debug("no brokers to ask for topic %s's configs: %s", topic, exc)
+                return ()
+            t = md.topics.get(topic)
+            known = _leaders_first(t, md.brokers) if t is not None else tuple(md.brokers)
+        return known[:_OTHER_BROKERS]
 
     def close(self) -> None:
         self._admin = None
+
+
+class _BrokerRacks:
+    """Each broker's rack, for ``client_rack``'s choice: DescribeCluster, as the metadata that
+    confluent-kafka gives has none. Asked every ``refresh_s``; after a failure (the broker
+    the admin client takes for controller stopped, say) again in ``_RACKS_RETRY_S``, doubling
+    up to ``refresh_s``, since until then no leader has a rack and ``client_rack`` has no
+    effect. A lookup holds the fetch that starts it only while no rack is known (the first
+    up to the fetch's timeout, later ones ``_RACKS_RETRY_S``); else, or if it is slower, a
+    later fetch takes its answer."""
+
+    def __init__(self, admin: Callable[[], Any], refresh_s: float) -> None:
+        self._admin = admin
+        self._refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._racks: dict[int, str | None] = {}
+        self._due_at = 0.0
+        self._failures = 0
+        self._pending: Future[Any] | None = None
+        self._asked = False
+
+    def get(self, topic: str, timeout_s: float) -> dict[int, str | None]:
+        """The racks known, after a fetch of ``topic`` (which a retry's metadata asks for)."""
+        with self._lock:
+            started = None
+            if self._pending is None and time.monotonic() >= self._due_at:
+                started = self._pending = self._ask(topic, timeout_s)
+            pending = self._pending
+            wait_s = 0.0
+            if started is not None and not self._racks:
+                wait_s = min(timeout_s, _RACKS_RETRY_S) if self._asked else timeout_s
+            self._asked = self._asked or started is not None
+        if pending is not None and wait_s > 0:
+            wait([pending], timeout=wait_s)
+        with self._lock:
+            if pending is not None and pending is self._pending and pending.done():
+                self._pending = None
+                try:
+                    nodes = pending.result().nodes
+                except Exception as exc:
+                    self._failed(exc)
+                else:
+                    self._racks = {int(n.id): n.rack for n in nodes}
+                    self._failures = 0
+                    self._due_at = time.monotonic() + self._refresh_s
+            return self._racks
+
+    def _ask(self, topic: str, timeout_s: float) -> Future[Any] | None:
+        admin = self._admin()
+        if admin is None:
+            self._due_at = float("inf")
+            return None
+        if self._failures:
+            # DescribeCluster goes to the broker the admin client's metadata names controller,
+            # and nothing else refreshes that metadata for topic.metadata.refresh.interval.ms
+            # (5 min): the same stopped broker would be asked again.
+            try:
+                admin.list_topics(topic, timeout=min(timeout_s, _RACKS_RETRY_S))
+            except Exception as exc:
+                logger.debug("the admin client's metadata was not refreshed: %s", exc)
+        try:
+            future: Future[Any] = admin.describe_cluster(request_timeout=timeout_s)
+        except Exception as exc:
+            self._failed(exc)
+            return None
+        return future
+
+    def _failed(self, exc: Exception) -> None:
+        self._failures += 1
+        retry_s = min(self._refresh_s, _RACKS_RETRY_S * 2 ** min(self._failures - 1, 16))
+        self._due_at = time.monotonic() + retry_s
+        logger.info(
+            "broker racks not available (DescribeCluster failed: %s); asking again in %g s",
+            exc,
+            retry_s,
+        )
+
+
+def _leaders_first(topic_md: Any, brokers: Mapping[int, Any]) -> tuple[int, ...]:
+    """The ids of ``brokers``, those leading a partition of ``topic_md`` first: they answered
+    the controller lately (a stopped broker loses its leaderships once fenced)."""
+    leaders = dict.fromkeys(
+        int(p.leader) for p in (topic_md.partitions or {}).values() if int(p.leader) in brokers
+    )
+    return (*leaders, *(int(b) for b in brokers if int(b) not in leaders))
