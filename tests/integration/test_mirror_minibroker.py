@@ -8,6 +8,7 @@
 3. A message over the target topic's max.message.bytes stops the mirror with a clear error and
    a commit just before it; a restart resumes exactly there.
 4. SIGTERM stops cleanly: no duplicates after the restart.
+5. ``--metrics-port 0``: the mirror says which port the system gave it, and serves there.
 
 The source is written by a steady producer in this process while the mirror runs, so every kill
 and stop lands mid-stream.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -476,6 +478,40 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def test_metrics_port_0_tells_the_port_it_was_given(tmp_path: Path) -> None:
+    with Cluster(brokers=1) as src, Cluster(brokers=1) as dst:
+        src.create_topic("events", partitions=1, replication_factor=1)
+        args = mirror_args(src, dst, "metrics", tmp_path)
+        mirror = MirrorProcess(
+            [*args, "--metrics-port", "0", "--metrics-addr", "127.0.0.1"], tmp_path / "m.log"
+        )
+        try:
+            told: list[int] = []
+
+            def port_told() -> bool:
+                if mirror.proc.poll() is not None:
+                    raise AssertionError(f"mirror exited:\n{mirror.log_tail()}")
+                text = mirror.log.read_text()
+                found = re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", text)
+                if found is not None:
+                    told.append(int(found.group(1)))
+                return bool(told)
+
+            wait_for(port_told, 30, "the metrics port in the log")
+            assert told[0] != 0
+            url = f"http://127.0.0.1:{told[0]}/metrics"
+            mirror.wait_status(lambda s: s["state"] == "running", 30, "the mirror to run")
+            wait_for(
+                lambda: b"failover_mirror_" in urllib.request.urlopen(url, timeout=10).read(),
+                10,
+                "the mirror's metrics on the port told",
+            )
+            assert mirror.terminate() == 0, mirror.log_tail()
+        finally:
+            if mirror.proc.poll() is None:
+                mirror.kill()
 
 
 def test_a_group_offset_past_the_log_end_is_committed_down_and_nothing_is_skipped(

@@ -14,11 +14,15 @@ clusters (issue 21), with real clients: the mirror's own AdminClients, consumer 
    was delivered.
 5. A target leader that crashes (30 s before it is fenced): the fast lane takes back what it
    had not sent, and the mirror delivers around it within seconds; nothing lost.
+6. A stop while the fast lane's messages wait for slow acknowledgements, past the drain
+   timeout: what the lane gave up is reported and not committed, and its client is closed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -72,8 +76,10 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
 class RunningMirror:
     """A Mirror on a thread of its own; ``latest`` is its last status."""
 
-    def __init__(self, options: MirrorOptions, registry: CollectorRegistry | None = None) -> None:
-        self.mirror = Mirror(options, metrics_registry=registry)
+    def __init__(
+        self, options: MirrorOptions, registry: CollectorRegistry | None = None, **factories: Any
+    ) -> None:
+        self.mirror = Mirror(options, metrics_registry=registry, **factories)
         self.latest: MirrorStatus | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -569,6 +575,63 @@ def test_a_crashed_target_leader_does_not_stall_the_fast_lane() -> None:
     print(
         f"led by broker 2 {sorted(led)}; delivered around it in {took:.2f} s; "
         f"partitions with messages placed away {sorted(away)}; rerouted {status.rerouted}"
+    )
+
+
+def test_a_stop_past_the_drain_timeout_reports_what_the_lane_gave_up_and_closes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The target's followers slowed by 5 s (acks=all waits for them) while the fast lane
+    carries messages, then a stop with a drain timeout of 0.5 s: the lane's messages are
+    purged and handed back, told in the log as undelivered, none of them committed (every
+    source offset below the committed one is on the target), and the lane's client is closed,
+    so that its threads and connections do not outlive the run."""
+    slow_acks = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "60000"}
+    with Cluster(brokers=1) as src, Cluster(brokers=3, config=slow_acks) as dst:
+        src.create_topic("events", partitions=6, replication_factor=1)
+        dst.create_topic("events", partitions=6, replication_factor=3)
+        lanes: list[Producer] = []
+
+        def lane_factory(conf: dict[str, Any]) -> Producer:
+            lanes.append(Producer(conf))
+            return lanes[-1]
+
+        opts = options(src, dst, "lane-stop", drain_timeout_s=0.5, offset_syncs_topic=None)
+        running = RunningMirror(opts, lane_factory=lane_factory)
+        with running, caplog.at_level(logging.WARNING, logger="failover_partitioner.mirror"):
+            produce(src, "events", range(6), 300, "before")
+            wait_for(lambda: running.delivered() >= 1800, 30, "1800 deliveries")
+            for broker in (1, 2, 3):
+                dst.slow_broker(broker, 5000)
+            # The lane takes these; they are acknowledged 5 s later at the earliest.
+            produce(src, "events", range(6), 100, "slow")
+            wait_for(lambda: len(lanes[0]) >= 100, 10, "the lane to hold 100 messages")
+            status = running.stop()
+        for broker in (1, 2, 3):
+            dst.slow_broker(broker, 0)
+        assert len(lanes) == 1
+        with pytest.raises(RuntimeError, match="closed"):
+            lanes[0].flush(0)
+        told = re.search(
+            r"(\d+) messages on the fast lane were not delivered by shutdown", caplog.text
+        )
+        assert told is not None, f"{status}\n{caplog.text}"
+        assert 0 < int(told.group(1)) <= status.in_flight
+        done = committed(src, "lane-stop", "events", 6)
+        assert sum(done.values()) == status.delivered < 2400
+        # What was given up may have been written anyway; wait for the target to settle.
+        time.sleep(1)
+        on_target: dict[int, set[int]] = defaultdict(set)
+        for messages in read_all(dst, "events").values():
+            for m in messages:
+                _, partition, offset = source_of(m)
+                on_target[partition].add(offset)
+        for partition, offset in done.items():
+            missing = set(range(max(offset, 0))) - on_target[partition]
+            assert not missing, f"events[{partition}]: committed past {sorted(missing)[:10]}"
+    print(
+        f"the lane gave up {told.group(1)} messages; delivered and committed {status.delivered}, "
+        f"in flight at the end {status.in_flight}"
     )
 
 

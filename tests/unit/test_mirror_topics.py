@@ -1,15 +1,20 @@
-"""The target-topic plan (``mirror._topics.plan_topic``): what a sync would do, no cluster."""
+"""The target-topic plan (``mirror._topics.plan_topic``): what a sync would do, no cluster;
+and how ``TopicSync`` reads the clusters' ids, against fake admin clients."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from failover_partitioner.mirror import MirrorConfigError, MirrorOptions
 from failover_partitioner.mirror._topics import (
     EXCLUDED_CONFIGS,
     TopicShape,
+    TopicSync,
     admin_config,
     exclusion_pattern,
     plan_topic,
@@ -157,3 +162,62 @@ def test_a_topic_config_without_a_value_is_refused() -> None:
                 ["--source=s", "--target=t", "--group=g", "--topic-config=retention.ms"]
             )
         )
+
+
+@dataclass
+class _Described:
+    cluster_id: str | None
+
+
+@dataclass
+class _ClusterMetadata:
+    cluster_id: str | None
+
+
+class FakeAdmin:
+    """An admin client's describe_cluster and list_topics for one cluster; ``refusal``: the
+    error describe_cluster's answer carries instead (as a KafkaException)."""
+
+    def __init__(self, cluster_id: str | None, refusal: KafkaError | None = None) -> None:
+        self.cluster_id = cluster_id
+        self.refusal = refusal
+        self.listed = 0
+        self.described = 0
+
+    def describe_cluster(self, request_timeout: float = -1) -> Future[_Described]:
+        self.described += 1
+        answer: Future[_Described] = Future()
+        if self.refusal is not None:
+            answer.set_exception(KafkaException(self.refusal))
+        else:
+            answer.set_result(_Described(self.cluster_id))
+        return answer
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> _ClusterMetadata:
+        self.listed += 1
+        return _ClusterMetadata(self.cluster_id)
+
+
+def test_cluster_ids_are_described_without_listing_every_topic() -> None:
+    source, target = FakeAdmin("src-id"), FakeAdmin("dst-id")
+    sync = TopicSync(source, target, manage=True)
+    assert sync.cluster_ids() == ("src-id", "dst-id")
+    assert (source.described, target.described) == (1, 1)
+    assert (source.listed, target.listed) == (0, 0)
+
+
+def test_a_cluster_that_cannot_be_described_is_told_by_its_metadata() -> None:
+    # An older broker refuses DescribeCluster (Kafka 2.8, KIP-700): its metadata has the id.
+    unsupported = KafkaError(KafkaError._UNSUPPORTED_FEATURE, "DescribeCluster not supported")
+    source, target = FakeAdmin("src-id"), FakeAdmin("dst-id", refusal=unsupported)
+    assert TopicSync(source, target, manage=True).cluster_ids() == ("src-id", "dst-id")
+    assert (source.listed, target.listed) == (0, 1)
+
+
+def test_a_cluster_that_cannot_be_read_raises_as_before() -> None:
+    # Not a refusal to describe: the caller warns and tells the clusters by bootstrap.
+    timed_out = KafkaError(KafkaError._TIMED_OUT, "Local: Timed out")
+    source, target = FakeAdmin("src-id", refusal=timed_out), FakeAdmin("dst-id")
+    with pytest.raises(KafkaException):
+        TopicSync(source, target, manage=True).cluster_ids()
+    assert (source.listed, target.listed) == (0, 0)

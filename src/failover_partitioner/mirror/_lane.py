@@ -11,7 +11,9 @@ partition of the target topic is usable, so the mirror then sends on this client
 * deliveries are learned in bulk: once the client holds no message, every message sent on it
   without a failure report was delivered (:meth:`FastLane.settle`). The mirror settles before
   it needs the outcomes (its window is full, a commit is due, a partition is revoked, it stops),
-  which is what a consume-produce loop that commits after ``flush()`` does.
+  which is what a consume-produce loop that commits after ``flush()`` does;
+* at shutdown what the lane still holds after the drain is purged, handed back uncommitted and
+  reported, and the client is closed (:meth:`LaneControl.close`).
 
 A failure comes back with the message's topic, partition, key and value (not its headers): the
 mirror finds the consumed message by key and value within the span, and sends it again through
@@ -64,6 +66,11 @@ WhenRoom = Callable[[str, Message, "Headers | None", Span, int, int, int], bool]
 # failed by the client and sent again through the failover producer.
 LANE_TIMEOUT_MS = 30_000
 
+# At shutdown, how long the lane's purge may take to get every message's report (the failover
+# producer's close() purges its own clients as long), and how often it purges again meanwhile.
+PURGE_FOR_S = 2.0
+_PURGE_AGAIN_S = 0.25
+
 
 def lane_config(producer_config: Mapping[str, str]) -> dict[str, Any]:
     """The lane client's settings: the failover producer's client settings (its defaults for
@@ -94,7 +101,7 @@ class FastLane:
     comes from :meth:`follow`. Each span counts its lane messages in ``span.lane``.
     """
 
-    __slots__ = ("_client", "_clock", "failed", "produce", "spans")
+    __slots__ = ("_client", "_clock", "closed", "failed", "produce", "spans")
 
     def __init__(self, client: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
@@ -102,6 +109,7 @@ class FastLane:
         self.produce: Callable[..., None] = client.produce
         self.spans: list[Span] = []
         self.failed: list[LaneFailure] = []
+        self.closed = False
 
     def follow(self, span: Span) -> Callable[[KafkaError, Message], None]:
         """The delivery callback for ``span``'s messages on the lane (failures only)."""
@@ -137,11 +145,32 @@ class FastLane:
         theirs."""
         self._client.purge(in_queue=True, in_flight=False, blocking=True)
 
-    def purge(self) -> None:
+    def purge(self, timeout: float) -> bool:
         """Give up on what the client holds: every such message gets a failure report
-        (``_PURGE_QUEUE``, or ``_PURGE_INFLIGHT`` for one that may still have been written)."""
-        self._client.purge(in_queue=True, in_flight=True, blocking=True)
-        self._client.flush(1.0)  # serves those reports
+        (``_PURGE_QUEUE``, or ``_PURGE_INFLIGHT`` for one that may still have been written),
+        served here. True once the client holds nothing; False if it still does after
+        ``timeout``: the messages without a report then have no known outcome.
+
+        A message on its way between two of librdkafka's queues (to a new leader's broker
+        thread, say) escapes one purge and would be reported only at its timeout, so the purge
+        is repeated every quarter second meanwhile, as the failover producer's close() does."""
+        deadline = self._clock() + timeout
+        while True:
+            self._client.purge(in_queue=True, in_flight=True, blocking=True)
+            if self.settle(min(_PURGE_AGAIN_S, max(0.0, deadline - self._clock()))):
+                return True
+            if self._clock() >= deadline:
+                return False
+
+    def close(self) -> None:
+        """Close the client: its threads and connections end. Call it only once the client
+        holds no message: confluent-kafka's close() first flushes without a time limit."""
+        if self.closed:
+            return
+        self.closed = True
+        close = getattr(self._client, "close", None)
+        if close is not None:  # a factory's client without close() ends with its last reference
+            close()
 
 
 class LaneControl:
@@ -178,6 +207,7 @@ class LaneControl:
         self.on = False
         self._retry_at = 0.0
         self._leaving = False  # the lane's client could not reach a leader (_client_error)
+        self._unreported = False  # its purge at shutdown left messages without a report
 
     def start(self, factory: Callable[[dict[str, Any]], Any] | None) -> None:
         """Build the lane's client, if there is a factory and the producer is the failover
@@ -259,22 +289,27 @@ class LaneControl:
                 return
         self._outcomes(resend=True)
 
-    def _outcomes(self, *, resend: bool) -> None:
+    def _outcomes(self, *, resend: bool) -> int:
         """The lane is settled: every message it took without a failure report was delivered.
-        Failures are sent again (``resend``), or handed back (the mirror is stopping)."""
+        Failures are sent again (``resend``), or handed back (the mirror is stopping). Returns
+        how many failed in partitions still assigned."""
         lane = self.lane
         assert lane is not None
         spans, failed = lane.take()
         by_span: dict[Span, list[LaneFailure]] = {}
         for failure in failed:
             by_span.setdefault(failure[0], []).append(failure)
+        undelivered = 0
         for span in spans:
             fails = by_span.get(span, [])
             delivered = span.lane - len(fails)
             span.lane = 0
             if fails:
+                if not span.tracker.dropped:
+                    undelivered += len(fails)
                 self._failed(span, fails, resend=resend)
             span.delivered_many(delivered)
+        return undelivered
 
     def _failed(self, span: Span, fails: list[LaneFailure], *, resend: bool) -> None:
         """Send the span's messages the lane failed to deliver again through the failover
@@ -347,12 +382,58 @@ class LaneControl:
             self._failures.refused(span, msg, target, exc)
 
     def give_up(self) -> None:
-        """Shutting down, not settled in time: what the lane still holds is given up and
-        handed back (not committed); the reports tell which messages those are."""
+        """Shutting down, not settled in time: what the lane still holds is given up (purged)
+        and handed back, not committed; the reports tell which messages those are, and they are
+        reported as the failover producer's undelivered messages are."""
         lane = self.lane
-        if lane is not None and lane.spans:
-            lane.purge()
-            self._outcomes(resend=False)
+        if lane is None or not lane.spans:
+            return  # every message the lane took has its outcome: it holds none
+        self.on = False
+        if not lane.purge(PURGE_FOR_S):
+            self._unsettled()
+            return
+        undelivered = self._outcomes(resend=False)
+        if undelivered:
+            logger.warning(
+                "%d messages on the fast lane were not delivered by shutdown; their offsets are "
+                "not committed, so they are mirrored again after a restart",
+                undelivered,
+            )
+
+    def _unsettled(self) -> None:
+        """The purge left messages in the client without a report: a message without one
+        cannot be counted delivered, and which of a span's messages have none cannot be told,
+        so every span with messages on the lane commits up to its first offset at most."""
+        lane = self.lane
+        assert lane is not None
+        self._unreported = True
+        spans, _ = lane.take()
+        held = 0
+        for span in spans:
+            if span.lane and not span.tracker.dropped:
+                span.tracker.handed_back(span, [span.first])
+                held += span.lane
+            span.lane = 0  # still in flight: nothing told their outcome
+        logger.error(
+            "the fast lane's client still held messages without a delivery report %.0f s after "
+            "its purge; they may or may not have been delivered, and none of the %d messages it "
+            "took since it last settled is committed",
+            PURGE_FOR_S,
+            held,
+        )
+
+    def close(self) -> None:
+        """Shutting down: give up what the lane still holds (``give_up``; something is left
+        when the drain was cut short by an exception), then close its client. A client that
+        kept messages without a report past the purge is left to be freed with the mirror:
+        confluent-kafka's close() would wait for them without a time limit."""
+        lane = self.lane
+        if lane is None or lane.closed:
+            return
+        self.on = False
+        self.give_up()
+        if not self._unreported:
+            lane.close()
 
     def serve(self) -> None:
         """Serve outcomes for up to 50 ms: the lane's (settling it) and the producer's."""

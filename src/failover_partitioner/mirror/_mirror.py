@@ -201,9 +201,12 @@ class Mirror:
             self._lanes.start(self._lane_factory)
             self._targets.start()
         except BaseException:
-            consumer.close()
-            if clients.producer is not None:
-                clients.producer.close(0)
+            try:
+                self._lanes.close()  # it holds nothing yet: its threads and connections end
+            finally:
+                consumer.close()
+                if clients.producer is not None:
+                    clients.producer.close(0)
             raise
         logger.info(
             "mirroring %s -> %s, group %r, include %r exclude %r rename %r, max in flight %d",
@@ -563,9 +566,14 @@ class Mirror:
         finally:
             self._clients.closing = True
             try:
-                consumer.close()
+                # Before the consumer's close commits (its revocation): what the lane still
+                # holds when the drain above was cut short is given up and handed back first.
+                self._lanes.close()
             finally:
-                if producer is not None and not closed:
-                    self._failures.handed_back(self._ledger, producer.close(0))
+                try:
+                    consumer.close()
+                finally:
+                    if producer is not None and not closed:
+                        self._failures.handed_back(self._ledger, producer.close(0))
         self._state = "failed" if failed or self._failures.fatal is not None else "stopped"
         self._reporter.unregister()

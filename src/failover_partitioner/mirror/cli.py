@@ -235,7 +235,10 @@ def _add_output_options(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--json", action="store_true", help="print status lines as JSON objects")
     ap.add_argument(
-        "--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on this port"
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (0 picks a free one; printed at start)",
     )
     ap.add_argument(
         "--metrics-addr",
@@ -388,7 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         registry = CollectorRegistry()
         try:
-            start_http_server(args.metrics_port, addr=args.metrics_addr, registry=registry)
+            server, _ = start_http_server(
+                args.metrics_port, addr=args.metrics_addr, registry=registry
+            )
         except OSError as exc:
             print(
                 f"{PROG}: error: cannot serve metrics on {args.metrics_addr}:{args.metrics_port}: "
@@ -396,6 +401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        # Told always: with --metrics-port 0 the port is the one the system picked.
+        port = int(server.server_address[1])
+        host = f"[{args.metrics_addr}]" if ":" in args.metrics_addr else args.metrics_addr
+        print(f"{PROG}: metrics at http://{host}:{port}/metrics", file=sys.stderr, flush=True)
 
     mirror = Mirror(options, metrics_registry=registry)
     tune_gc()  # this process only mirrors: see tune_gc
