@@ -525,3 +525,108 @@ def test_a_stop_cancelled_inside_an_async_with_block_leaves_its_list_to_the_dead
     for f in futures:
         with pytest.raises(ProducerClosed):
             f.result()
+
+
+def test_senders_waiting_for_room_are_refused_once_stop_begins(outage: Cluster) -> None:
+    """stop() ends admission at once: senders waiting at max_in_flight raise ProducerClosed
+    with their message not accepted, even when room comes during the stop's flush (here the
+    missing broker returns and the messages in flight are delivered)."""
+
+    async def run() -> None:
+        ap = AsyncFailoverProducer(
+            bootstrap_servers=outage.bootstrap_servers, max_in_flight=2, produce_timeout_s=30
+        )
+        await ap.start()
+        await ap.refresh("o")
+        accepted = [await ap.send("o", b"in-%d" % i) for i in range(2)]
+        waiting = [asyncio.create_task(ap.send("o", b"wait-%d" % i)) for i in range(4)]
+        await asyncio.sleep(0.3)
+        assert not any(t.done() for t in waiting)
+        stopping = asyncio.create_task(ap.stop(10.0))
+        await asyncio.sleep(0)  # stop() has begun
+        await asyncio.to_thread(outage.start_broker, 3)
+        refused = await asyncio.gather(*waiting, return_exceptions=True)
+        assert all(isinstance(r, ProducerClosed) for r in refused), refused
+        assert all("not accepted" in str(r) for r in refused)
+        assert await stopping == []
+        assert all(f.result().topic == "o" for f in accepted)
+        stats = ap.statistics()
+        assert (stats.produced, stats.delivered, stats.returned_on_close) == (2, 2, 0)
+
+    asyncio.run(run())
+
+
+def test_messages_stop_hands_back_count_only_the_attempts_that_reached_aiokafka(
+    healthy: Cluster,
+) -> None:
+    """A stop cut short while a partition holds a write: the message aiokafka held is
+    delivered; those waiting behind it in its lane, never handed to aiokafka, come back with
+    no attempt and not possibly delivered."""
+    healthy.create_topic("held", partitions=1, replication_factor=3)
+
+    async def run() -> tuple[Any, list[UndeliveredMessage]]:
+        ap = AsyncFailoverProducer(bootstrap_servers=healthy.bootstrap_servers)
+        await ap.start()
+        await ap.refresh("held")
+        first = await ap.send("held", b"first")
+        await wait_for(lambda: ap.statistics().produced == 1, 5)
+        await asyncio.sleep(0.1)  # its lane handed it to aiokafka, which waits for the answer
+        for i in range(5):
+            await ap.send("held", b"behind-%d" % i)
+        left = await ap.stop(0.1)
+        return first.result(), left
+
+    for broker in (1, 2, 3):
+        healthy.slow_broker(broker, 1000)
+    try:
+        md, left = asyncio.run(run())
+    finally:
+        for broker in (1, 2, 3):
+            healthy.slow_broker(broker, 0)
+    assert md.offset == 0
+    assert [(m.value, m.attempts, m.possibly_delivered) for m in left] == [
+        (b"behind-%d" % i, 0, False) for i in range(5)
+    ]
+
+
+def test_a_ctrl_c_in_the_dead_letter_hook_leaves_no_message_of_its_batch_without_an_outcome(
+    outage: Cluster,
+) -> None:
+    """A KeyboardInterrupt raised while the dead_letter hook runs (a Ctrl-C lands there) goes
+    on to the loop's runner, after every message of the failed batch got its final outcome
+    and its hook call: none is left pending, or handed back by stop() instead."""
+    calls: list[Any] = []
+
+    def hook(message: UndeliveredMessage, exc: BaseException) -> None:
+        calls.append(message.value)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    # The producer believes min ISR 2 (the cluster says 3, one broker down): every batch is
+    # refused with NOT_ENOUGH_REPLICAS, and max_attempts=1 makes that final.
+    ap = AsyncFailoverProducer(
+        bootstrap_servers=outage.bootstrap_servers,
+        min_insync_replicas=2,
+        max_attempts=1,
+        dead_letter=hook,
+    )
+    futures: list[asyncio.Future[Any]] = []
+
+    async def produce() -> None:
+        await ap.start()
+        await ap.refresh("o")
+        futures.extend([await ap.send("o", b"%d" % i) for i in range(10)])
+        await asyncio.gather(*futures, return_exceptions=True)
+
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(produce())
+        loop.run_until_complete(wait_for(lambda: all(f.done() for f in futures), 10))
+        assert len(ap) == 0
+        assert loop.run_until_complete(ap.stop(1.0)) == []
+    finally:
+        loop.close()
+    assert sorted(calls) == sorted(b"%d" % i for i in range(10))
+    assert all(isinstance(f.exception(), ak.NotEnoughReplicasError) for f in futures)
+    assert ap.statistics().final_failures == 10

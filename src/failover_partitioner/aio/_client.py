@@ -16,7 +16,9 @@ retries (bounded by ``request_timeout_ms``) and warns.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +33,7 @@ from failover_partitioner.aio._settings import ANSWER_MARGIN_MS
 from failover_partitioner.errors import AuthenticationFailed
 
 __all__ = [
+    "abandon_inner",
     "first_answer_supported",
     "login_refusal",
     "make_inner_producer",
@@ -108,6 +111,25 @@ _NO_HOOKS = (
     "a refused batch is retried on its partition for up to request_timeout_ms before it "
     "is rerouted"
 )
+
+
+def abandon_inner(inner: Any, name: str) -> None:
+    """The inner producer of a closed event loop, shut as far as it can be without that loop:
+    each connection's socket shut down, so the brokers see it end (asyncio closes the socket
+    itself when its transport is collected: a ``ResourceWarning``), and the producer marked
+    closed, so that it does not log itself unclosed when collected: the loop's end was
+    reported already. aiokafka's ``stop()`` and ``close()`` need the loop."""
+    try:
+        for conn in list(inner.client._conns.values()):
+            writer = getattr(conn, "_writer", None)
+            sock = None if writer is None else writer.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):  # closed already, or never connected
+                    sock.shutdown(socket.SHUT_RDWR)
+        if inner._closed is False:
+            inner._closed = True
+    except Exception:
+        logger.exception("%s: the inner aiokafka producer could not be shut without its loop", name)
 
 
 async def start_inner_producer(client_kwargs: Mapping[str, Any], name: str) -> tuple[Any, bool]:

@@ -7,7 +7,7 @@ import asyncio
 import functools
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     RecordMetadata,
@@ -17,6 +17,9 @@ from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # 
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.aio._wake import Wakeup
 from retry_buffer import AsyncRetryBuffer, Entry
+
+if TYPE_CHECKING:
+    from failover_partitioner.aio._inflow import Room
 
 __all__ = ["Batch", "Headers", "Lane", "Lanes", "Message"]
 
@@ -58,7 +61,7 @@ class Message(Entry["Message"]):
         self.timestamp = timestamp
         self.future = future
         self.partition = -1
-        self.tries = 0  # attempts handed to a lane (the entry's attempts count the buffer's)
+        self.tries = 0  # attempts handed to aiokafka (the entry's attempts count the buffer's)
         self.dup = False  # an earlier attempt may have been written
         self.sent = False  # handed to aiokafka, no answer yet
         self.solo = False  # must travel in a batch of its own
@@ -122,8 +125,9 @@ class Lanes:
     """Every partition's open batch and the task handing its closed batches to aiokafka, one
     at a time, the next once the one before is answered, so a stalled partition holds up no
     other and what waits for a partition stays in its lane (``withdraw``).
-    A batch's answer delivers its messages; a failure goes to ``failed`` (the producer's, which
-    asks the core). ``backlog``: the caller outruns a partition (closed batches pile up)."""
+    A batch's answer delivers its messages, and wakes the senders waiting for ``room``; a
+    failure goes to ``failed`` (the producer's, which asks the core). ``backlog``: the caller
+    outruns a partition (closed batches pile up)."""
 
     def __init__(
         self,
@@ -131,11 +135,13 @@ class Lanes:
         inner: Any,
         buffer: AsyncRetryBuffer[Message],
         failed: Callable[[Batch, BaseException], None],
+        room: Room,
     ) -> None:
-        self._loop = loop
+        self.loop = loop
         self._inner = inner
         self._buffer = buffer
         self._failed = failed
+        self._room = room
         self._lanes: dict[str, list[Lane]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.handed_over: set[Batch] = set()
@@ -175,14 +181,15 @@ class Lanes:
             lane.open = None
         if not lane.busy:
             lane.busy = True
-            task = self._loop.create_task(self._pump(lane))
+            task = self.loop.create_task(self._pump(lane))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
     def withdraw(self, topic: str, partition: int) -> list[Message]:
         """Take back the messages of ``topic`` [``partition``] not yet handed to aiokafka (its
         closed and open batches), in order: the partition was just taken out of use, and a
-        leader that held one write would hold these too, each batch a request timeout."""
+        leader that held one write would hold these too, each batch a request timeout. Never
+        sent there, they are placed again as first attempts (no reroute counted)."""
         lanes = self._lanes.get(topic)
         if lanes is None or partition >= len(lanes):
             return []
@@ -190,7 +197,10 @@ class Lanes:
         batches = [*lane.ready, *([lane.open] if lane.open is not None else [])]
         lane.ready.clear()
         lane.open = None
-        return [m for batch in batches for m in batch.messages]
+        withdrawn = [m for batch in batches for m in batch.messages]
+        for m in withdrawn:
+            m.partition = -1
+        return withdrawn
 
     async def _pump(self, lane: Lane) -> None:
         """Hand ``lane``'s batches to aiokafka one at a time, each after the last one's answer."""
@@ -204,6 +214,7 @@ class Lanes:
                     self.backlog = False
                 for m in batch.messages:
                     m.sent = True
+                    m.tries += 1
                 try:
                     known = cluster.partitions_for_topic(lane.topic)
                     if known is None or lane.partition not in known:
@@ -215,6 +226,7 @@ class Lanes:
                 except asyncio.CancelledError:
                     for m in batch.messages:
                         m.sent = False  # never reached aiokafka: stop() hands it back
+                        m.tries -= 1
                     raise
                 except Exception as exc:
                     self._failed(batch, exc)
@@ -253,6 +265,8 @@ class Lanes:
                 delivered(m)
                 if not m.future.done():
                     m.future.set_result(None)
+            if self._room.waiters:
+                self._room.wake()
             return
         base, ts, ts_type, log_start = (
             md.offset,
@@ -277,3 +291,5 @@ class Lanes:
                         log_start,
                     )
                 )
+        if self._room.waiters:
+            self._room.wake()

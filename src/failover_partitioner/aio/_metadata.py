@@ -159,9 +159,22 @@ class AioMetadataSource:
         return nodes
 
     async def _send(self, node: Any, request: Any, timeout_s: float) -> Any:
-        return await asyncio.wait_for(
-            self._client.send(node, request, group=self._group), timeout_s
-        )
+        # Not asyncio.wait_for: before Python 3.12 it drops a cancel that arrives as the request
+        # ends (CPython issue 86296), as when asyncio.run, ending with the producer running,
+        # cancels every task and aiokafka's connections close at once; the refresher would
+        # then run on, and asyncio.run wait for it forever.
+        sent = asyncio.ensure_future(self._client.send(node, request, group=self._group))
+        try:
+            done, _ = await asyncio.wait((sent,), timeout=timeout_s)
+        except BaseException:
+            sent.cancel()
+            sent.add_done_callback(_retrieve)
+            raise
+        if not done:
+            sent.cancel()
+            sent.add_done_callback(_retrieve)
+            raise asyncio.TimeoutError(f"no answer within {timeout_s:g} s")
+        return sent.result()
 
     async def _ask(self, request: Any, timeout_s: float) -> Any:
         """Send ``request`` to one broker after another until one answers within the time."""
@@ -204,6 +217,12 @@ class AioMetadataSource:
         request = DescribeConfigsRequest([(_BROKER_RESOURCE, str(node), ["min.insync.replicas"])])
         response = await self._send(node, request, max(0.05, deadline - time.monotonic()))
         return parse_min_isr(response, str(node))
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A request given up on: its outcome, if it ends otherwise than cancelled, is not news."""
+    if not task.cancelled():
+        task.exception()
 
 
 class SourceLike(Protocol):

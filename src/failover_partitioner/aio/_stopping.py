@@ -11,25 +11,43 @@ every task left), the wind-down cancels the background tasks and goes no further
 closes the buffer at once and hands back what it holds (a message handed to aiokafka counting
 as possibly delivered), then shuts the refresher and the inner client without waiting for
 answers (``shut_at_once``).
+
+Without its loop (the event loop that started the producer is closed: ``asyncio.run`` ended
+with the producer running, or a Ctrl-C left ``loop.run_until_complete`` while it stopped and
+the loop was closed), ``stop()`` from any loop takes that path at once, without awaiting: the
+buffer closed and its messages handed back, the clients' sockets shut (``abandon_inner``).
+Nothing of the dead loop can run again, so the futures it made may stay pending: the list is
+their outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from failover_partitioner._config import check_positive_number
 from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner.aio._client import abandon_inner
+from failover_partitioner.aio._inflow import Room, wrong_loop
 from failover_partitioner.aio._lanes import Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher
 from failover_partitioner.errors import ProducerClosed
 from failover_partitioner.metrics import ProducerMetrics
 from retry_buffer import AsyncRetryBuffer
 
-__all__ = ["AsyncDeadLetterHook", "Stopping", "close_buffer", "shut_at_once", "wind_down"]
+__all__ = [
+    "AsyncDeadLetterHook",
+    "Stopping",
+    "close_buffer",
+    "each",
+    "shut_at_once",
+    "unclosed",
+    "wind_down",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +56,37 @@ AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
 
 # The producer's states.
 _NEW, _STARTING, _RUNNING, _CLOSING, _CLOSED = range(5)
+
+T = TypeVar("T")
+
+
+def each(items: Iterable[T], call: Callable[[T], object]) -> BaseException | None:
+    """``call(item)`` for every item, even when one raises: a dead-letter hook interrupted by
+    a Ctrl-C (``KeyboardInterrupt``) must not leave the other messages of a batch without an
+    outcome. Returns the first exception, for the caller to raise once it is done."""
+    first: BaseException | None = None
+    for item in items:
+        try:
+            call(item)
+        except BaseException as exc:
+            if first is None:
+                first = exc
+            else:
+                logger.error("%r raised too, for another message, while %r waits", exc, first)
+    return first
+
+
+def unclosed(name: str, in_flight: int, how: str) -> None:
+    """Log, at ERROR, a producer left running (``how``) with accepted messages: its
+    ``ResourceWarning`` is hidden by default, and those messages have no outcome yet."""
+    if in_flight:
+        logger.error(
+            "%s %s with %d accepted message(s) without an outcome: call await stop() before "
+            "its event loop ends (after that, stop() from any loop returns them)",
+            name,
+            how,
+            in_flight,
+        )
 
 
 async def wind_down(
@@ -56,8 +105,9 @@ async def wind_down(
         await buffer.wait_idle(timeout)
     finally:  # (interrupted too: nothing is sent once the buffer is closed)
         background: list[asyncio.Task[Any]] = [*lanes.tasks, *tasks]
-        for task in background:
-            task.cancel()
+        if not lanes.loop.is_closed():  # (closed: this coroutine is being thrown away)
+            for task in background:
+                task.cancel()
     await asyncio.gather(*background, return_exceptions=True)
     if meta is not None:
         await meta.close()
@@ -87,6 +137,28 @@ async def shut_at_once(meta: AioMetadataRefresher | None, inner: Any, name: str)
         logger.exception("%s: the inner aiokafka producer failed to close", name)
 
 
+@contextlib.contextmanager
+def callbacks_dropped(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Meanwhile, a future of ``loop``, which is closed, can be resolved: the callbacks it
+    would schedule (of tasks that will never run again) are dropped, where the loop would
+    raise RuntimeError, halfway through whatever resolved it (the retry buffer's close() waking
+    the flush of a stop() cut short, say). A loop whose class takes no attribute (uvloop's) is
+    left as it is: a future awaited there then stays pending."""
+    try:
+        loop.call_soon = _drop  # type: ignore[method-assign,assignment]  # shadows the method
+    except AttributeError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        del loop.call_soon
+
+
+def _drop(*args: object, **kwargs: object) -> None:
+    return None
+
+
 def close_buffer(buffer: AsyncRetryBuffer[Message]) -> list[UndeliveredMessage]:
     """Close ``buffer``: the messages it still held, as handed back; their futures raise
     :class:`ProducerClosed`."""
@@ -96,9 +168,13 @@ def close_buffer(buffer: AsyncRetryBuffer[Message]) -> list[UndeliveredMessage]:
         if entry.possibly_duplicated:
             msg.dup = True
         undelivered.append(msg.undelivered(entry.last_error))
-        if not msg.future.done():
-            msg.future.set_exception(ProducerClosed("stop() handed this message back undelivered"))
-            msg.future.exception()  # the returned list is its outcome: no "never retrieved"
+        future = msg.future
+        if not future.done():
+            # (RuntimeError: of a closed loop, and awaited there: the list is its outcome)
+            with contextlib.suppress(RuntimeError):
+                future.set_exception(ProducerClosed("stop() handed this message back undelivered"))
+            if future.done():
+                future.exception()  # the returned list is its outcome: no "never retrieved"
     return undelivered
 
 
@@ -115,6 +191,7 @@ class Stopping:
     _meta: AioMetadataRefresher | None
     _metrics: ProducerMetrics | None
     _first_fetch: dict[str, asyncio.Task[None]]
+    _room: Room
     _retry_task: asyncio.Task[None] | None
     _started: asyncio.Event
     _undelivered: list[UndeliveredMessage] | None
@@ -137,10 +214,23 @@ class Stopping:
         It does so too with a list no earlier ``stop()`` handed to its caller (one cancelled
         while it waited), once.
 
-        Called while ``start()`` runs, it waits for it, then stops.
+        Called while ``start()`` runs, it waits for it, then stops. Senders waiting for room
+        at the in-flight limit raise :class:`ProducerClosed` at once (not accepted).
+
+        Once the producer's event loop is closed (it ended with the producer running), it may
+        be called from any loop: it hands back at once what the producer held (the futures
+        of that loop may stay pending: the list is their outcome). Otherwise it must run on
+        the producer's loop.
         """
         if timeout is not None:
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
+        loop = self._loop
+        if loop is not None and self._undelivered is None:
+            if loop.is_closed():
+                return self._stop_without_loop(hand_back)
+            error = wrong_loop(loop, self._name, "stop")
+            if error is not None:
+                raise error
         if self._state == _STARTING:
             await self._started.wait()
         if self._undelivered is None:
@@ -149,9 +239,11 @@ class Stopping:
                 self._undelivered = []
                 return []
             if self._stopping is None:
+                assert loop is not None
+                self._stopping = loop.create_task(self._stop(timeout, hand_back))
+                # Admission ends now (after the task is made: if that fails, nothing changed).
                 self._state = _CLOSING
-                assert self._loop is not None
-                self._stopping = self._loop.create_task(self._stop(timeout, hand_back))
+                self._room.close()
             # Shielded: if the caller is cancelled, stopping still finishes and nothing is lost
             # silently (the list is kept for the next stop() and logged).
             await asyncio.shield(self._stopping)
@@ -170,6 +262,23 @@ class Stopping:
             self._let_go(undelivered)
         return []
 
+    def _stop_without_loop(self, hand_back: bool) -> list[UndeliveredMessage]:
+        """``stop()`` once the producer's loop is closed: the interrupted path, at once."""
+        logger.warning(
+            "%s: its event loop is closed; stopping without it (%d message(s) without an "
+            "outcome are handed back, possibly delivered if aiokafka had them)",
+            self._name,
+            self._buffer.in_flight,
+        )
+        self._room.shut = True  # (its waiters, if any, were of that loop)
+        assert self._loop is not None
+        with callbacks_dropped(self._loop):
+            undelivered = close_buffer(self._buffer)
+        self._closed(undelivered, hand_back)
+        if self._inner is not None:
+            abandon_inner(self._inner, self._name)
+        return self._hand_over(hand_back)
+
     async def close(self, timeout: float | None = 30.0) -> list[UndeliveredMessage]:
         """Same as :meth:`stop`."""
         return await self.stop(timeout)
@@ -187,12 +296,14 @@ class Stopping:
                 name=self._name,
                 timeout=timeout,
             )
-        except BaseException:
+        except BaseException as exc:
             # Interrupted (this task cancelled: a second Ctrl-C ends asyncio.run): what is left
             # is handed back or given to the hook, and logged, first; then the clients are
             # shut and the interruption goes on. A later stop() returns the list.
-            self._closed(close_buffer(self._buffer), hand_back)
-            await shut_at_once(self._meta, self._inner, self._name)
+            if self._undelivered is None:  # (else a stop() without the loop did it)
+                self._closed(close_buffer(self._buffer), hand_back)
+            if not isinstance(exc, GeneratorExit):  # (the task of a closed loop, discarded)
+                await shut_at_once(self._meta, self._inner, self._name)
             raise
         return self._closed(close_buffer(self._buffer), hand_back)
 
@@ -203,9 +314,10 @@ class Stopping:
             self._metrics.close()
         self._state = _CLOSED
         if undelivered and not hand_back:
+            self._undelivered = []
             self._let_go(undelivered)
-            undelivered = []
-        elif undelivered:
+            return []
+        if undelivered:
             logger.warning(
                 "%s stopped with %d undelivered message(s), returned by stop()",
                 self._name,
@@ -223,8 +335,9 @@ class Stopping:
             "set" if self._dead_letter is not None else "none set; their futures raise",
         )
         closed = ProducerClosed(f"{self._name} stopped before this message was delivered")
-        for message in undelivered:
-            self._to_dead_letter(message, closed)
+        first = each(undelivered, lambda message: self._to_dead_letter(message, closed))
+        if first is not None:
+            raise first
 
     def _to_dead_letter(self, message: UndeliveredMessage, exc: BaseException) -> None:
         """The dead-letter hook, if there is one, gets ``message``; if it raises, that is

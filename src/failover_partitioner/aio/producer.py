@@ -29,6 +29,7 @@ import logging
 import os
 import time
 import warnings
+from asyncio import get_running_loop
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,7 +55,7 @@ from failover_partitioner._options import (
 )
 from failover_partitioner.aio._client import start_inner_producer
 from failover_partitioner.aio._errors import error_class
-from failover_partitioner.aio._inflow import admit_waiting
+from failover_partitioner.aio._inflow import Room, wrong_loop
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
@@ -67,7 +68,9 @@ from failover_partitioner.aio._stopping import (
     AsyncDeadLetterHook,
     Stopping,
     close_buffer,
+    each,
     shut_at_once,
+    unclosed,
 )
 from failover_partitioner.aio._wake import Wakeup
 from failover_partitioner.core import (
@@ -238,6 +241,7 @@ class AsyncFailoverProducer(Stopping):
         self._first_fetch: dict[str, asyncio.Task[None]] = {}
         self._retry_task: asyncio.Task[None] | None = None
         self._retry_wake = Wakeup()
+        self._room = Room()  # senders waiting at the in-flight limit
         self._started = asyncio.Event()  # set when start() has ended, started or undone
         self._undelivered: list[UndeliveredMessage] | None = None
         self._handed_back = False  # a stop() caller took the list
@@ -256,6 +260,7 @@ class AsyncFailoverProducer(Stopping):
                 "start() was already called on this AsyncFailoverProducer; create a new one"
             )
         self._state = _STARTING  # before the first await: a second start() is refused
+        self._loop = get_running_loop()  # every later call is checked against it
         try:
             await self._start()
         except BaseException:
@@ -265,12 +270,11 @@ class AsyncFailoverProducer(Stopping):
             self._started.set()
 
     async def _start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = get_running_loop()
         inner, first_answer = await start_inner_producer(self._settings.client_kwargs, self._name)
-        self._loop = loop
         self._inner = inner
         self._first_answer = first_answer
-        self._lanes = Lanes(loop, inner, self._buffer, self._batch_failed)
+        self._lanes = Lanes(loop, inner, self._buffer, self._batch_failed, self._room)
         self._meta = AioMetadataRefresher(
             AioMetadataSource(inner.client),
             self._on_metadata,
@@ -314,6 +318,8 @@ class AsyncFailoverProducer(Stopping):
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if getattr(self, "_state", _CLOSED) in (_STARTING, _RUNNING, _CLOSING):
+            # Logged first (the warning is hidden by default, or raised where it is an error).
+            unclosed(self._name, self._buffer.in_flight, "was garbage-collected without stop()")
             _warn(
                 f"unclosed AsyncFailoverProducer {self._name!r}: call await stop() so that "
                 "undelivered messages are handed back",
@@ -340,12 +346,15 @@ class AsyncFailoverProducer(Stopping):
         messages are in flight, up to ``produce_timeout_s``, then raises
         :class:`ProduceTimeout` carrying the message (not accepted).
         """
-        if self._state != _RUNNING:
-            raise self._not_running(topic)
+        # On the producer's loop (a C call and a compare), and running.
+        if get_running_loop() is not self._loop or self._state != _RUNNING:
+            raise self._refused(topic, "send")
         if self._lanes is not None and self._lanes.backlog:
             # The caller outruns a partition (closed batches pile up behind its task): give
             # the tasks and the I/O a turn, as aiokafka's send does when a batch is full.
             await asyncio.sleep(0)
+            if self._state != _RUNNING:
+                raise self._not_running(topic)
         known = topic in self._core.topics
         if not known:
             check_topic(topic)  # a known topic was checked when first seen
@@ -366,7 +375,7 @@ class AsyncFailoverProducer(Stopping):
             if self._state != _RUNNING:
                 raise self._not_running(topic)
         if not self._buffer.try_enter(msg):  # at the in-flight limit
-            await admit_waiting(self._buffer, msg, self._produce_timeout_s, self._service)
+            await self._room.admit(self._buffer, msg, self._produce_timeout_s, self._service)
         if self._message_id_header is not None:
             assert msg.headers is not None  # made a list in _checked_message
             msg.headers.append((self._message_id_header, b"%s-%d" % (self._id_prefix, msg.seq)))
@@ -386,8 +395,15 @@ class AsyncFailoverProducer(Stopping):
 
         Cancelling the wait does not stop the delivery: the message was accepted.
         """
+        if get_running_loop() is not self._loop:  # (send checks it too; this names the call)
+            raise self._refused(topic, "send_and_wait")
         future = await self.send(topic, value, key, headers=headers, timestamp_ms=timestamp_ms)
         return await asyncio.shield(future)
+
+    def _refused(self, topic: str, call: str) -> FailoverError:
+        """Why ``call`` is refused: another event loop than the producer's, or its state."""
+        error = None if self._state == _CLOSED else wrong_loop(self._loop, self._name, call)
+        return error or self._not_running(topic)
 
     def _not_running(self, topic: str) -> FailoverError:
         if self._state == _NEW:
@@ -421,10 +437,9 @@ class AsyncFailoverProducer(Stopping):
                 self._retry_wake.set()
             return
         assert self._lanes is not None
-        self._lanes.append(topic, p, msg)  # (first: if it raises, no attempt is counted)
+        self._lanes.append(topic, p, msg)  # (first: if it raises, the partition is not taken)
         core.sent(msg.partition, p)
         msg.partition = p
-        msg.tries += 1
 
     def _dispatch_or_end(self, msg: Message) -> None:
         """:meth:`_dispatch`; if it raises, ``msg`` ends with that error as its final outcome,
@@ -447,15 +462,13 @@ class AsyncFailoverProducer(Stopping):
         lane = batch.lane
         heed = self._core.heed(lane.topic, lane.partition, ec)
         meta = self._meta
+        first: BaseException | None = None  # a dead_letter hook's (Ctrl-C): raised at the end
         if heed.quarantined:
             if meta is not None:
                 meta.set_fast(lane.topic, True)
             self._retry_wake.set()
             assert self._lanes is not None
-            for m in self._lanes.withdraw(lane.topic, lane.partition):
-                m.partition = -1  # never sent there: no attempt, no reroute
-                m.tries -= 1
-                self._dispatch_or_end(m)
+            first = each(self._lanes.withdraw(lane.topic, lane.partition), self._dispatch_or_end)
         if heed.refresh:
             if meta is not None:
                 meta.request_refresh(lane.topic)
@@ -464,7 +477,9 @@ class AsyncFailoverProducer(Stopping):
         failed = self._core.failed
         size = len(batch.messages)
         queued = False
-        for m in batch.messages:
+
+        def fail(m: Message) -> None:
+            nonlocal queued
             m.sent = False
             # A batch refused for one record's sake is split: its messages are tried alone.
             verdict = failed(m, exc, ec, batch_size=size, alone=m.solo)
@@ -472,19 +487,27 @@ class AsyncFailoverProducer(Stopping):
             if verdict.possibly_persisted:
                 m.dup = True
             queued |= verdict.queued
+
+        last = each(batch.messages, fail)  # every one, even after a hook raised
         if queued:
             self._retry_wake.set()
+        first = last if first is None else first
+        if first is not None:
+            raise first
 
     def _on_final_failure(self, entry: Entry[Message], error: object) -> None:
         msg = entry.item
         if entry.possibly_duplicated:
             msg.dup = True
         exc = error if isinstance(error, BaseException) else FailoverError(repr(error))
-        if self._dead_letter is not None:
-            self._to_dead_letter(msg.undelivered(exc), exc)
         if not msg.future.done():
             # A copy per message, so tracebacks of a shared batch error do not pile up.
             msg.future.set_exception(copy.copy(exc))
+        if self._room.waiters:
+            self._room.wake()  # it was counted out: room for a waiting sender
+        if self._dead_letter is not None:
+            # After the future: a hook that raises (Ctrl-C) leaves no future pending.
+            self._to_dead_letter(msg.undelivered(exc), exc)
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -521,11 +544,22 @@ class AsyncFailoverProducer(Stopping):
 
     async def _retry_loop(self) -> None:
         wake = self._retry_wake
-        while self._state != _CLOSED and not self._buffer.closed:
-            wake.clear()
-            delay = self._service()
-            if not wake.is_set():
-                await wake.wait(delay)
+        try:
+            while self._state != _CLOSED and not self._buffer.closed:
+                wake.clear()
+                delay = self._service()
+                if not wake.is_set():
+                    await wake.wait(delay)
+        except asyncio.CancelledError:
+            if self._state == _RUNNING:  # not by stop(): asyncio.run ends with it running
+                unclosed(self._name, len(self), "is running as its tasks are cancelled")
+            raise
+        except (KeyboardInterrupt, SystemExit):
+            # From a dead_letter hook: it goes on to the loop's runner, and a new task takes
+            # over, or nothing failed would be sent again.
+            if self._state == _RUNNING and self._loop is not None:
+                self._retry_task = self._loop.create_task(self._retry_loop())
+            raise
 
     def _service(self) -> float:
         """Release due quarantines and send due failed messages again; seconds to the next."""
@@ -553,6 +587,9 @@ class AsyncFailoverProducer(Stopping):
             timeout = check_positive_number("timeout", timeout, allow_zero=True)
         if self._state in (_NEW, _STARTING, _CLOSED):
             return 0
+        error = wrong_loop(self._loop, self._name, "flush")
+        if error is not None:
+            raise error
         await self._buffer.wait_idle(timeout)
         return self._buffer.in_flight
 
@@ -579,8 +616,8 @@ class AsyncFailoverProducer(Stopping):
     async def refresh(self, topic: str, timeout: float | None = None) -> TopicView:
         """Fetch ``topic``'s metadata now, watch it from now on, and return its health."""
         check_topic(topic)  # before the cluster is asked: send() trusts a topic it knows
-        if self._state != _RUNNING or self._meta is None:
-            raise self._not_running(topic)
+        if get_running_loop() is not self._loop or self._state != _RUNNING or self._meta is None:
+            raise self._refused(topic, "refresh")
         t = self._metadata_timeout_s if timeout is None else timeout
         await self._meta.fetch_now(topic, check_positive_number("timeout", t))
         return self.health(topic)
