@@ -32,6 +32,7 @@ from failover_partitioner.aio._client import (
 )
 from failover_partitioner.aio._errors import error_class
 from failover_partitioner.aio._metadata import (
+    AioMetadataRefresher,
     AioMetadataSource,
     check_min_isr_option,
     parse_min_isr,
@@ -40,7 +41,8 @@ from failover_partitioner.aio._metadata import (
 from failover_partitioner.aio._settings import ANSWER_MARGIN_MS, aio_client_settings
 from failover_partitioner.aio.producer import _checked_message
 from failover_partitioner.errors import ConfigError, MetadataUnavailable
-from failover_partitioner.metadata import MinIsr
+from failover_partitioner.health import PartitionMetadata, TopicMetadata
+from failover_partitioner.metadata import MinIsr, PartitionsAnswer
 
 BS = "127.0.0.1:9"
 
@@ -375,3 +377,146 @@ def test_a_message_is_refused_for_its_size_exactly_when_aiokafka_s_estimate_is_o
 def test_a_topic_the_cluster_refuses_to_describe_is_reported_refused() -> None:
     answer = parse_partitions(_metadata([(29, "t", False, [])]), "t")
     assert (answer.exists, answer.refused, answer.partitions) == (False, True, ())
+
+
+# -- the refresher: overlapping fetches ----------------------------------------------------------
+
+
+class _LateFirstAnswerSource:
+    """The first request of kind ``hold`` (the refresher task's) is answered late, with the
+    cluster as it was when the request was sent; a ``refresh()`` sent after it at once."""
+
+    def __init__(self, *, hold: str) -> None:
+        self.hold = hold  # "partitions" or "min_isr"
+        self.isr: tuple[int, ...] = (1, 2, 3)
+        self.min_isr = MinIsr(value=2, source="topic")
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.answered = asyncio.Event()  # set as the held request returns
+        self._held = False
+
+    async def _wait_if_first(self, what: str) -> None:
+        if what == self.hold and not self._held:
+            self._held = True
+            self.entered.set()
+            await self.release.wait()
+            self.answered.set()
+
+    async def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
+        part = PartitionMetadata(partition=0, leader=1, replicas=(1, 2, 3), isr=self.isr)
+        answer = PartitionsAnswer(partitions=(part,), exists=True)
+        await self._wait_if_first("partitions")
+        return answer
+
+    async def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None:
+        answer = self.min_isr
+        await self._wait_if_first("min_isr")
+        return answer
+
+
+async def _race(source: _LateFirstAnswerSource, change: Any) -> tuple[Any, list[TopicMetadata]]:
+    """The task's fetch held, ``change`` applied to the cluster, a refresh() answered, then
+    the task's answer let through: the view kept and the views on_update was given."""
+    updates: list[TopicMetadata] = []
+    r = AioMetadataRefresher(source, updates.append, refresh_s=30.0)
+    r.start()
+    try:
+        r.watch("orders")
+        await asyncio.wait_for(source.entered.wait(), 5)
+        change()
+        refreshed = await r.fetch_now("orders", 1.0)
+        source.release.set()
+        # The refresher applies an answer in the step its request returns in, so before
+        # this task, woken in that step, runs again.
+        await asyncio.wait_for(source.answered.wait(), 5)
+    finally:
+        await r.close()
+    return (refreshed, r.metadata("orders")), updates
+
+
+def test_an_older_answer_arriving_last_does_not_replace_a_refreshed_view() -> None:
+    source = _LateFirstAnswerSource(hold="partitions")
+    source.isr = (1,)  # degraded when the task asks
+
+    def recover() -> None:
+        source.isr = (1, 2, 3)  # recovered; the user's refresh() sees it
+
+    (refreshed, kept), updates = asyncio.run(_race(source, recover))
+    assert refreshed.partitions[0].isr == (1, 2, 3)
+    assert kept is not None
+    assert kept.partitions[0].isr == (1, 2, 3)
+    assert [u.partitions[0].isr for u in updates] == [(1, 2, 3)]
+
+
+def test_an_older_min_isr_answer_arriving_last_is_not_used() -> None:
+    source = _LateFirstAnswerSource(hold="min_isr")
+
+    def lower() -> None:
+        source.min_isr = MinIsr(value=1, source="topic")  # lowered by an operator
+
+    (refreshed, kept), updates = asyncio.run(_race(source, lower))
+    assert refreshed.min_insync_replicas == 1
+    # The task's partitions request went out after the refresh()'s: its view is the newest,
+    # with the newest min ISR (1), not the 2 its own lookup brought late.
+    assert [u.min_insync_replicas for u in updates] == [1, 1]
+    assert kept is not None
+    assert kept.min_insync_replicas == 1
+
+
+# -- min.insync.replicas without DESCRIBE_CONFIGS on the topic -----------------------------------
+
+
+class _TopicsRefused(_Brokers):
+    """Brokers 1-3 for a user without DESCRIBE_CONFIGS on topics: DescribeConfigs of a topic
+    is refused (29), a broker's answered by that broker (2). Broker 1 stopped (connection
+    refused at once), broker 2 hung; ``leaders``: the partitions' leaders in the metadata."""
+
+    def __init__(self, leaders: tuple[int, ...]) -> None:
+        topic: list[Any] = [
+            (0, p, leader, [1, 2, 3], [1, 2, 3], []) for p, leader in enumerate(leaders)
+        ]
+        brokers = [(b, "127.0.0.1", 9000 + b, None) for b in (1, 2, 3)]
+        answer = MetadataResponse_v5(0, brokers, "cluster", 1, [(0, "t", False, topic)])
+        super().__init__([1, 2, 3], hung={2}, answer=answer)
+        self.asked: list[int] = []
+
+    async def send(self, node_id: int, request: Any, *, group: Any) -> Any:
+        from aiokafka.protocol.admin import (  # type: ignore[import-untyped,unused-ignore]
+            DescribeConfigsRequest,
+        )
+
+        if node_id == 1:
+            raise ak.NodeNotReadyError(f"node {node_id} is not ready")
+        answer = await super().send(node_id, request, group=group)
+        if not isinstance(request, DescribeConfigsRequest):
+            return answer
+        kind, name, _ = request._resources[0]
+        if kind == 2:
+            return _configs_v2(29, [], name=name)
+        self.asked.append(node_id)
+        assert name == str(node_id)  # a broker's configs come from that broker
+        entry: tuple[Any, ...] = ("min.insync.replicas", "2", False, 5, False, [])
+        return DescribeConfigsResponse_v2(0, [(0, None, 4, name, [entry])])
+
+
+def test_the_brokers_default_is_read_from_a_broker_that_answers() -> None:
+    """Broker 1 stopped, broker 2 hung: each lookup still gets broker 3's answer, soon."""
+    client = _TopicsRefused(leaders=(2, 3, 1))
+    source = AioMetadataSource(client)
+
+    async def lookups() -> list[tuple[MinIsr | None, float]]:
+        loop = asyncio.get_running_loop()
+        out = []
+        for i in range(6):
+            if i == 3:  # a metadata answer: its leaders are asked first (2, then 3)
+                await source.partitions("t", 1.0)
+            began = loop.time()
+            answer = await source.min_insync_replicas("t", 1.5)
+            out.append((answer, loop.time() - began))
+        return out
+
+    for answer, took_s in asyncio.run(lookups()):
+        assert answer == MinIsr(value=2, source="broker-default")
+        # The topic's lookup may give the hung broker a third (0.5 s); then 0.25 s at most.
+        assert took_s < 1.0
+    assert set(client.asked) == {3}

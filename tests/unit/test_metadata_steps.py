@@ -191,3 +191,21 @@ def test_an_answer_is_taken_unless_one_to_a_later_request_was() -> None:
     third = order.sent("orders")
     assert order.take("orders", third)
     assert not order.take("orders", third)  # once
+
+
+def test_a_hedge_sends_at_once_then_on_silence_or_failure_and_gives_up_at_the_deadline() -> None:
+    plan = _steps.Hedge(deadline=10.0, hedge_s=0.25)
+    assert plan.next_step(0.0, pending=0) == plan.SEND
+    plan.sent(0.0)
+    assert plan.next_step(0.1, pending=1) == pytest.approx(0.15)  # wait for the first
+    assert plan.next_step(0.25, pending=1) == plan.SEND  # silent: ask the next too
+    plan.sent(0.25)
+    assert plan.next_step(0.3, pending=0) == plan.SEND  # both failed: the next at once
+    plan.exhausted()
+    assert plan.next_step(0.3, pending=0) is None  # none left, none pending
+    assert plan.next_step(0.3, pending=1) == pytest.approx(9.7)  # the last may still answer
+    assert plan.next_step(10.0, pending=1) is None
+
+
+def test_leaders_first_puts_a_topics_leaders_first_and_drops_unlisted_ones() -> None:
+    assert _steps.leaders_first([3, 3, 9, 2], [1, 2, 3, 4]) == (3, 2, 1, 4)

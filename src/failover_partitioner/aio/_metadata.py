@@ -4,13 +4,17 @@ The source sends its own Metadata request (v5 with aiokafka 0.14) for the watche
 than reading aiokafka's cache: the cache keeps no topic error codes (so "unknown topic" could
 not be told from "not created yet") and its ISR sits in private fields. min.insync.replicas is
 not in metadata responses (KIP-637 was never implemented); DescribeConfigs on the topic answers
-it with where the value came from.
+it with where the value came from. Without DESCRIBE_CONFIGS on the topic, the brokers' own value
+is asked of a broker that answers: those of the last metadata answer, partition leaders first,
+the next whenever one fails or is silent for ``_steps.HEDGE_S`` (:class:`_steps.Hedge`).
 
 The refresher is the asyncio twin of :class:`failover_partitioner.metadata.MetadataRefresher`,
 on the same pure :class:`~failover_partitioner.metadata.RefreshSchedule`: every
 ``refresh_s``, every ``fast_refresh_s`` while a partition is quarantined, at once on request
 (never more often than the schedule's minimum gap), retrying with back-off and keeping the last
-answer, with its age, when the cluster cannot be reached.
+answer, with its age, when the cluster cannot be reached. A ``refresh()`` may overlap the task's
+own fetch of the topic: an answer to a request sent before the one the current view (or min ISR)
+came from is dropped, whichever arrives last (:class:`_steps.AnswerOrder`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from tenacity import AsyncRetrying
@@ -45,7 +49,6 @@ _UNKNOWN_TOPIC_OR_PART = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
 _TOPIC_RESOURCE = 2
 _BROKER_RESOURCE = 4
-_TOPIC_AUTHORIZATION_FAILED = 29
 _TOPIC_CONFIG_SOURCE = 1  # DescribeConfigs v1+: DYNAMIC_TOPIC_CONFIG
 
 
@@ -152,6 +155,10 @@ class AioMetadataSource:
 
         self._client = client
         self._group = ConnectionGroup.COORDINATION
+        # Per topic, the brokers of its last metadata answer, its partitions' leaders first;
+        # and those of the last answer for any topic.
+        self._brokers: dict[str, tuple[int, ...]] = {}
+        self._listed: tuple[int, ...] = ()
 
     def _nodes(self) -> list[Any]:
         nodes = [b.nodeId for b in self._client.cluster.brokers()]
@@ -193,13 +200,51 @@ class AioMetadataSource:
                 last = exc
         raise MetadataUnavailable(f"no broker answered within {timeout_s:g} s (last: {last!r})")
 
+    async def _first_answer(
+        self, asks: Iterator[tuple[Any, Any]], deadline: float
+    ) -> tuple[Any, Any]:
+        """The first answer to the requests of ``asks`` (a broker and a request each), sent as
+        :class:`_steps.Hedge` says until ``deadline``, and the broker that gave it."""
+        plan = _steps.Hedge(deadline)
+        pending: dict[asyncio.Future[Any], Any] = {}
+        last: BaseException | None = None
+        try:
+            while (step := plan.next_step(time.monotonic(), len(pending))) is not None:
+                if step == plan.SEND:
+                    ask = next(asks, None)
+                    if ask is None:
+                        plan.exhausted()
+                        continue
+                    node, request = ask
+                    remaining = max(0.05, deadline - time.monotonic())
+                    pending[asyncio.ensure_future(self._send(node, request, remaining))] = node
+                    plan.sent(time.monotonic())
+                    continue
+                done, _ = await asyncio.wait(
+                    pending, timeout=step, return_when=asyncio.FIRST_COMPLETED
+                )
+                for sent in done:
+                    node = pending.pop(sent)
+                    if sent.exception() is None:
+                        return node, sent.result()
+                    last = sent.exception()
+        finally:
+            for sent in pending:
+                sent.cancel()
+                sent.add_done_callback(_retrieve)
+        raise MetadataUnavailable(f"no broker answered in time (last: {last!r})")
+
     async def partitions(self, topic: str, timeout_s: float) -> PartitionsAnswer:
         from aiokafka.protocol.metadata import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
             MetadataRequest,
         )
 
         response = await self._ask(MetadataRequest([topic], True), timeout_s)
-        return parse_partitions(response, topic)
+        self._listed = tuple(int(b[0]) for b in response.brokers)
+        answer = parse_partitions(response, topic)
+        leaders = (p.leader for p in answer.partitions)
+        self._brokers[topic] = _steps.leaders_first(leaders, self._listed)
+        return answer
 
     async def min_insync_replicas(self, topic: str, timeout_s: float) -> MinIsr | None:
         from aiokafka.protocol.admin import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
@@ -211,11 +256,17 @@ class AioMetadataSource:
         response = await self._ask(request, timeout_s)
         if not refused(response):
             return parse_min_isr(response, topic)
+
         # No DESCRIBE_CONFIGS on the topic: the brokers' own value is the better guess. A
-        # broker's configs are asked of that broker (it needs DESCRIBE_CONFIGS on the cluster).
-        node = self._nodes()[0]
-        request = DescribeConfigsRequest([(_BROKER_RESOURCE, str(node), ["min.insync.replicas"])])
-        response = await self._send(node, request, max(0.05, deadline - time.monotonic()))
+        # broker's configs are asked of that broker (it needs DESCRIBE_CONFIGS on the cluster),
+        # and any broker's will do: one that answers. aiokafka's list is the fallback's fallback
+        # (the refresher looks min ISR up before its first Metadata request).
+        def asks() -> Iterator[tuple[int, Any]]:
+            for node in self._brokers.get(topic) or self._listed or self._nodes():
+                resource = (_BROKER_RESOURCE, str(node), ["min.insync.replicas"])
+                yield node, DescribeConfigsRequest([resource])
+
+        node, response = await self._first_answer(asks(), deadline)
         return parse_min_isr(response, str(node))
 
 
@@ -260,6 +311,10 @@ class AioMetadataRefresher:
         )
         self._metadata: dict[str, TopicMetadata] = {}
         self._min_isr: dict[str, MinIsr] = {}
+        # Requests numbered as sent, so an older answer never replaces a newer. No lock: a
+        # number is taken, and a view applied and given to on_update, within one step.
+        self._views_order = _steps.AnswerOrder()
+        self._min_isr_order = _steps.AnswerOrder()
         self._warned_default: set[str] = set()
         self._wake = Wakeup()
         self._task: asyncio.Task[None] | None = None
@@ -323,26 +378,33 @@ class AioMetadataRefresher:
     ) -> TopicMetadata | None:
         min_isr = await self._resolve_min_isr(topic, min_isr_budget_s)
         try:
-            answer = await self._partitions_with_retries(topic, deadline)
+            number, answer = await self._partitions_with_retries(topic, deadline)
         except Exception as exc:
             self._schedule.fetched(topic, self._clock(), ok=False)
             _steps.log_fetch_failure(logger, topic, exc, self._metadata.get(topic), self._clock)
             return None
         now = self._clock()
-        md = _steps.topic_metadata(topic, answer, min_isr, now, self._warned_default, logger)
         self._schedule.fetched(topic, now, ok=True, exists=answer.exists)
+        if not self._views_order.take(topic, number):
+            logger.debug("metadata for topic %s answered after a newer answer: dropped", topic)
+            return self._metadata[topic]
+        md = _steps.topic_metadata(topic, answer, min_isr, now, self._warned_default, logger)
         self._metadata[topic] = md
         self._on_update(md)
         return md
 
-    async def _partitions_with_retries(self, topic: str, deadline: float) -> PartitionsAnswer:
+    async def _partitions_with_retries(
+        self, topic: str, deadline: float
+    ) -> tuple[int, PartitionsAnswer]:
+        """The answer, and the number of the request that brought it (see AnswerOrder)."""
         retrying = AsyncRetrying(
             stop=_steps.fetch_stop(deadline, self._clock()), wait=_steps.FETCH_WAIT, reraise=True
         )
         async for attempt in retrying:
             with attempt:
                 remaining = max(0.05, deadline - self._clock())
-                return await self._source.partitions(topic, remaining)
+                number = self._views_order.sent(topic)
+                return number, await self._source.partitions(topic, remaining)
         raise AssertionError("unreachable: AsyncRetrying re-raises the last error")
 
     async def _resolve_min_isr(self, topic: str, budget_s: float | None) -> MinIsr | None:
@@ -352,6 +414,7 @@ class AioMetadataRefresher:
         cached = self._min_isr.get(topic)
         if self._schedule.min_isr_due(topic, self._clock()):
             timeout = self._timeout_s if budget_s is None else budget_s
+            number = self._min_isr_order.sent(topic)
             try:
                 answer = await self._source.min_insync_replicas(topic, timeout)
                 if answer is not None:
@@ -362,7 +425,8 @@ class AioMetadataRefresher:
             self._schedule.min_isr_fetched(
                 topic, self._clock(), ok=answer is not None, budgeted=budget_s is not None
             )
-            if answer is not None:
+            if answer is not None and self._min_isr_order.take(topic, number):
                 self._min_isr[topic] = answer
-                cached = answer
+            # A lookup sent later may have answered first: its value is the one to use.
+            cached = self._min_isr.get(topic, cached)
         return cached

@@ -7,7 +7,8 @@ they decide alike lives here once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 
 from tenacity import stop_after_attempt, stop_after_delay, wait_exponential
 from tenacity.stop import stop_base
@@ -18,10 +19,13 @@ from failover_partitioner.metadata._source import MinIsr, PartitionsAnswer
 
 __all__ = [
     "FETCH_WAIT",
+    "HEDGE_S",
     "AnswerOrder",
+    "Hedge",
     "check_request_timeout_s",
     "default_min_isr",
     "fetch_stop",
+    "leaders_first",
     "log_fetch_failure",
     "no_metadata",
     "option_min_isr",
@@ -54,6 +58,54 @@ class AnswerOrder:
             return False
         self._taken[key] = number
         return True
+
+
+# A lookup any of several brokers can answer, unanswered this long, also goes to the next.
+HEDGE_S = 0.25
+
+
+class Hedge:
+    """When to send a lookup that any of several brokers can answer: the first request at
+    once, the next when all sent so far failed or none answered for ``hedge_s`` (a stopped
+    broker stays listed until the controller fences it, a paused one accepts connections and
+    answers nothing), none from ``deadline`` on. The first answer counts. Plain state on the
+    caller's clock: the caller sends, waits and tells."""
+
+    __slots__ = ("_deadline", "_hedge_s", "_more", "_next_at")
+
+    SEND = 0.0  # next_step's "send the next request now"
+
+    def __init__(self, deadline: float, hedge_s: float = HEDGE_S) -> None:
+        self._deadline = deadline
+        self._hedge_s = hedge_s
+        self._next_at = -math.inf
+        self._more = True
+
+    def next_step(self, now: float, pending: int) -> float | None:
+        """With ``pending`` requests unanswered at ``now``: :attr:`SEND`, or how long to wait
+        for an answer before asking again (> 0), or None: give up."""
+        if now >= self._deadline:
+            return None
+        if self._more and (not pending or now >= self._next_at):
+            return self.SEND
+        if not pending:
+            return None
+        return (min(self._deadline, self._next_at) if self._more else self._deadline) - now
+
+    def sent(self, now: float) -> None:
+        self._next_at = now + self._hedge_s
+
+    def exhausted(self) -> None:
+        """No request left to send: only those sent may still answer."""
+        self._more = False
+
+
+def leaders_first(leaders: Iterable[int], brokers: Iterable[int]) -> tuple[int, ...]:
+    """The ids of ``brokers``, those among ``leaders`` (a topic's partition leaders) first:
+    they answered the controller lately (a stopped broker loses its leaderships once fenced)."""
+    listed = tuple(brokers)
+    first = tuple(dict.fromkeys(b for b in leaders if b in listed))
+    return (*first, *(b for b in listed if b not in first))
 
 
 def fetch_stop(deadline: float, now: float) -> stop_base:

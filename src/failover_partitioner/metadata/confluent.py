@@ -15,7 +15,7 @@ librdkafka sends a topic's DescribeConfigs to the broker its metadata names cont
 broker's to that broker; either may be a broker that stopped, still listed until the controller
 fences it (``broker.session.timeout.ms``, 9 s), and the admin client's metadata may keep naming
 it for minutes. The request would wait all its timeout for it. So a lookup not answered within
-``_HEDGE_S`` is also sent to brokers of the last metadata answer, those leading a partition of
+``_steps.HEDGE_S`` is also sent to brokers of the last metadata answer, those leading a partition of
 the topic first (a request with a BROKER resource goes to that broker, and any broker answers
 for a topic); the first answer counts.
 """
@@ -34,6 +34,7 @@ from confluent_kafka import KafkaError, KafkaException
 from failover_partitioner._config import NOT_FOR_ADMIN, companion_conf
 from failover_partitioner.errors import MetadataUnavailable
 from failover_partitioner.health import PartitionMetadata
+from failover_partitioner.metadata import _steps
 from failover_partitioner.metadata._source import MinIsr, PartitionsAnswer
 
 __all__ = ["ConfluentMetadataSource", "admin_config"]
@@ -41,8 +42,8 @@ __all__ = ["ConfluentMetadataSource", "admin_config"]
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOPIC_CODES = frozenset({3, -188})  # UNKNOWN_TOPIC_OR_PART, librdkafka's _UNKNOWN_TOPIC
-# A DescribeConfigs not answered this soon is also sent to other brokers, at most this many.
-_HEDGE_S = 0.25
+# A DescribeConfigs not answered soon (_steps.HEDGE_S) is also sent to at most this many
+# other brokers.
 _OTHER_BROKERS = 3
 # A failed rack lookup is tried again after this, doubling up to racks_refresh_s.
 _RACKS_RETRY_S = 1.0
@@ -82,26 +83,22 @@ def _local(exc: BaseException) -> bool:
 
 
 def _first_answer(starts: Iterator[_Start], deadline: float, what: str) -> Any:
-    """The configs of the first request of ``starts`` to answer by ``deadline``: the first is
-    sent at once, each next when those before failed locally (see :func:`_local`) or gave no
-    answer for ``_HEDGE_S``. A broker's error is the answer: raised."""
+    """The configs of the first request of ``starts`` to answer by ``deadline``, sent as
+    :class:`_steps.Hedge` says (a request that failed locally, see :func:`_local`, counts as
+    failed). A broker's error is the answer: raised."""
+    plan = _steps.Hedge(deadline)
     pending: set[Future[Any]] = set()
-    more, last, hedge_at = True, None, 0.0
-    while True:
-        now = time.monotonic()
-        if now >= deadline:
-            break
-        if more and (not pending or now >= hedge_at):
+    last = None
+    while (step := plan.next_step(time.monotonic(), len(pending))) is not None:
+        if step == plan.SEND:
             start = next(starts, None)
-            more = start is not None
-            if start is not None:
-                pending.add(start(max(0.05, deadline - now)))
-                hedge_at = now + _HEDGE_S
+            if start is None:
+                plan.exhausted()
+                continue
+            pending.add(start(max(0.05, deadline - time.monotonic())))
+            plan.sent(time.monotonic())
             continue
-        if not pending:
-            break
-        until = deadline if not more else min(deadline, hedge_at)
-        done, pending = wait(pending, timeout=until - now, return_when=FIRST_COMPLETED)
+        done, pending = wait(pending, timeout=step, return_when=FIRST_COMPLETED)
         for future in done:
             exc = future.exception()
             if exc is None:
@@ -319,9 +316,6 @@ class _BrokerRacks:
 
 
 def _leaders_first(topic_md: Any, brokers: Mapping[int, Any]) -> tuple[int, ...]:
-    """The ids of ``brokers``, those leading a partition of ``topic_md`` first: they answered
-    the controller lately (a stopped broker loses its leaderships once fenced)."""
-    leaders = dict.fromkeys(
-        int(p.leader) for p in (topic_md.partitions or {}).values() if int(p.leader) in brokers
-    )
-    return (*leaders, *(int(b) for b in brokers if int(b) not in leaders))
+    """:func:`_steps.leaders_first` of a topic's metadata (confluent-kafka's)."""
+    leaders = (int(p.leader) for p in (topic_md.partitions or {}).values())
+    return _steps.leaders_first(leaders, (int(b) for b in brokers))
