@@ -369,6 +369,42 @@ def test_a_callback_raising_in_produce_for_another_message_is_raised_by_the_next
     assert (stats.produced, stats.delivered, stats.final_failures) == (3, 1, 2)
 
 
+@pytest.mark.parametrize("call", ["produce", "produce_batch"])
+def test_a_callback_raising_for_its_own_message_ending_in_produce_is_kept(
+    mock: MockCluster, call: str
+) -> None:
+    """A message that fails finally inside produce() or produce_batch() itself (a topic the
+    cluster lacks, not waited for): it was accepted, and its callback and the dead-letter
+    hook had its outcome. A callback that raises for it does not refuse it (the call used to
+    raise, or name it in BatchRefused, with nothing counted): it is counted in, and the
+    exception is kept for the next flush(), as one raised for another message is."""
+    cb = Raising()
+    hooked: list[Any] = []
+    p = mock_producer(
+        mock,
+        ready=TOPIC,
+        topic_propagation_max_s=0,
+        dead_letter=lambda message, err: hooked.append(message.value),
+        conf={"allow.auto.create.topics": False},
+    )
+    values = [b"m%d" % i for i in range(1 if call == "produce" else 3)]
+    try:
+        if call == "produce":
+            p.produce("missing", values[0], b"k", on_delivery=cb)
+        else:
+            batch = [{"value": v, "key": b"k"} for v in values]
+            p.produce_batch("missing", batch, on_delivery=cb)
+        n = len(values)
+        stats = p.statistics()
+        assert (stats.produced, stats.final_failures, stats.in_flight) == (n, n, 0)
+        assert [report.value() for _, report in cb.calls] == hooked == values
+        with pytest.raises(KeyError):
+            p.flush(1)
+        assert p.flush(1) == 0
+    finally:
+        assert p.close() == []
+
+
 def test_ctrl_c_in_one_final_failure_callback_skips_no_other(mock: MockCluster) -> None:
     """KeyboardInterrupt from the callback of "a1", ended with "a2" in one step: "a2" still
     gets its dead-letter call and its callback, then the KeyboardInterrupt comes."""

@@ -70,6 +70,25 @@ def test_first_attempt_deliveries_are_counted_without_reports(mock: MockCluster)
     p.close()
 
 
+@pytest.mark.parametrize("strategy", ["round_robin", "sticky"])
+def test_a_batch_counts_first_attempt_deliveries_without_reports(
+    mock: MockCluster, strategy: str
+) -> None:
+    """produce_batch hands value-only messages to the client with the group's own report, as
+    produce() does: delivered() once each, no report (it used to report each as a callback's)."""
+    p = producer(mock, strategy=strategy)
+    group = Tally()
+    n = 1000
+    p.produce_batch(TOPIC, [{"value": b"m%d" % i} for i in range(n)], on_delivery=group)
+    assert p.flush(30) == 0
+    assert (group.at_once, group.reports) == (n, [])
+    stats = p.statistics()
+    assert (stats.produced, stats.delivered, stats.final_failures) == (n, n, 0)
+    records = consume_topic(mock, TOPIC, PARTITIONS, n, 30.0, "group-batch-check")
+    assert Counter(m.value() for m in records) == Counter(b"m%d" % i for i in range(n))
+    assert p.close() == []
+
+
 def test_failures_are_rebuilt_with_their_headers_and_rerouted(mock: MockCluster) -> None:
     p = producer(mock)
     lead = {v.partition: v.leader for v in p.health(TOPIC).partitions}

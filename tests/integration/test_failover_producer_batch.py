@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from failover_partitioner import DeliveryReport, FailoverProducer, ProduceTimeout
+from failover_partitioner import DeliveryReport, FailoverProducer, ProducerClosed, ProduceTimeout
 from failover_partitioner._murmur2 import partition_for_key
 from failover_partitioner.errors import BatchRefused, not_accepted
 from failover_partitioner.testing import MockCluster
@@ -335,3 +335,148 @@ def test_a_batch_with_a_callback_still_in_flight_at_close_is_handed_back(
         b"m%d" % i for i in range(50)
     )
     assert reports.by_value == {}
+
+
+@pytest.mark.parametrize("strategy", ["round_robin", "sticky"])
+def test_a_str_value_the_client_cannot_encode_is_refused_alone(
+    mock: MockCluster, strategy: str
+) -> None:
+    """A lone surrogate is no UTF-8 text: confluent-kafka's produce_batch (2.16) queued the
+    whole group, that message with a null value, then raised UnicodeEncodeError, and none was
+    counted. A str value takes produce()'s path: it alone is refused, saying so, before
+    anything is written; the others are accepted once each."""
+    reports = _Reports()
+    p = producer(mock, strategy=strategy)
+    batch: list[dict[str, Any]] = [{"value": b"m%d" % i} for i in range(10)]
+    batch[5] = {"value": "bad\udc80"}
+    with pytest.raises(BatchRefused) as info:
+        p.produce_batch(TOPIC, batch, on_delivery=reports)
+    [(index, exc)] = info.value.refused
+    assert index == 5
+    assert isinstance(exc, UnicodeEncodeError)
+    assert "the message's value is a str that is not UTF-8 text" in str(exc)
+    assert p.flush(10) == 0
+    good = {b"m%d" % i for i in range(10) if i != 5}
+    reports.check_once_each(good, consume_all(mock, 9))
+    stats = p.statistics()
+    assert (stats.produced, stats.delivered) == (9, 9)
+    assert p.close() == []
+
+
+def test_a_client_batch_call_that_raises_refuses_nothing_it_took(mock: MockCluster) -> None:
+    """The client's produce_batch raises for a group before it queues anything (here: the
+    second of six calls): the groups it took are counted in, that group's messages take the
+    single path; nothing is lost, written twice, or accepted without a count."""
+    p = producer(mock)
+    calls = 0
+    real = p._produce_batch_raw
+
+    def raising_once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("the client could not take this group")
+        return real(*args, **kwargs)
+
+    p._produce_batch_raw = raising_once
+    try:
+        n = 60
+        p.produce_batch(TOPIC, [{"value": b"m%d" % i} for i in range(n)])
+        assert p.flush(10) == 0
+        stats = p.statistics()
+        assert (stats.produced, stats.delivered, stats.final_failures) == (n, n, 0)
+        records = consume_all(mock, n)
+        assert Counter(m.value() for m in records) == Counter(b"m%d" % i for i in range(n))
+    finally:
+        p._produce_batch_raw = real
+        assert p.close() == []
+
+
+def test_close_in_another_thread_while_a_batch_waits_refuses_the_rest(mock: MockCluster) -> None:
+    """close() while a chunk waits for room under max_in_flight: the chunk before it was
+    accepted (close() hands it back), and BatchRefused names exactly the rest, each refused
+    with ProducerClosed (it used to raise a bare ProducerClosed, as if none was accepted)."""
+    import threading
+
+    p = producer(mock, max_in_flight=10, produce_timeout_s=20)
+    for b in range(1, 4):
+        mock.broker_down(b)
+    batch = [{"value": b"m%d" % i} for i in range(30)]
+    handed_back: list[Any] = []
+    closer = threading.Timer(0.5, lambda: handed_back.extend(p.close(timeout=0.2)))
+    closer.start()
+    try:
+        with pytest.raises(BatchRefused) as info:
+            p.produce_batch(TOPIC, batch)
+    finally:
+        closer.join()
+    assert [i for i, _ in info.value.refused] == list(range(10, 30))
+    assert all(isinstance(exc, ProducerClosed) for _, exc in info.value.refused)
+    assert sorted(m.value for m in handed_back) == sorted(b"m%d" % i for i in range(10))
+    assert p.statistics().produced == 10
+
+
+@pytest.mark.parametrize("strategy", ["round_robin", "sticky"])
+def test_one_dict_held_at_many_places_is_written_as_often_as_it_was_accepted(
+    mock: MockCluster, strategy: str
+) -> None:
+    """The client marks a message it refused ('_error') on its dict: a dict held at several
+    places of a batch carries the mark of any one of them. A queue of 10 takes part of 25
+    places of one dict; each place is written and reported once (35 and 26 were written)."""
+    seen: list[Any] = []
+    p = producer(mock, strategy=strategy, conf={"queue.buffering.max.messages": 10})
+    m = {"value": b"same"}
+    p.produce_batch(TOPIC, [m] * 25, on_delivery=lambda err, report: seen.append(err))
+    assert p.flush(20) == 0
+    assert m == {"value": b"same"}
+    assert seen == [None] * 25
+    stats = p.statistics()
+    assert (stats.produced, stats.delivered) == (25, 25)
+    assert len(consume_all(mock, 25)) == 25
+    assert p.close() == []
+
+
+@pytest.mark.parametrize("bad", ["type", "too-large"])
+def test_refused_messages_are_named_in_index_order(mock: MockCluster, bad: str) -> None:
+    """Round robin deals a chunk out over six calls to the client, one per partition; the
+    messages refused are named by index, in order, whichever call refused them."""
+    p = producer(mock, strategy="round_robin")
+    batch: list[dict[str, Any]] = [{"value": b"m%d" % i} for i in range(12)]
+    for i in (1, 6, 9):
+        batch[i] = {"value": i if bad == "type" else b"x" * 2_000_000}  # over message.max.bytes
+    with pytest.raises(BatchRefused) as info:
+        p.produce_batch(TOPIC, batch)
+    assert [i for i, _ in info.value.refused] == [1, 6, 9]
+    assert p.flush(10) == 0
+    assert p.statistics().produced == 9
+    assert p.close() == []
+
+
+def test_a_str_value_comes_back_in_its_report_as_given(mock: MockCluster) -> None:
+    """As produce() gives it back (a str value carries a record); it came back as bytes."""
+    values: list[Any] = []
+    p = producer(mock)
+    p.produce_batch(
+        TOPIC,
+        [{"value": "välue"}, {"value": b"bytes"}],
+        on_delivery=lambda err, report: values.append((err, report.value())),
+    )
+    assert p.flush(10) == 0
+    assert len(values) == 2
+    assert set(values) == {(None, b"bytes"), (None, "välue")}
+    assert p.close() == []
+
+
+def test_a_timestamp_of_zero_is_refused(mock: MockCluster) -> None:
+    """librdkafka writes a timestamp of 0 as the time of sending: refused, not rewritten."""
+    p = producer(mock)
+    batch = [{"value": b"zero", "timestamp": 0}, {"value": b"one", "timestamp": 1}]
+    with pytest.raises(BatchRefused) as info:
+        p.produce_batch(TOPIC, batch)
+    [(index, exc)] = info.value.refused
+    assert index == 0
+    assert isinstance(exc, ValueError)
+    assert "from 1 to 2**63 - 1" in str(exc)
+    assert p.flush(10) == 0
+    assert [(m.value(), m.timestamp()[1]) for m in consume_all(mock, 1)] == [(b"one", 1)]
+    assert p.close() == []

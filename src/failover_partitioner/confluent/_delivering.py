@@ -20,6 +20,7 @@ from failover_partitioner.confluent._shared import (
     _LOCAL_UNKNOWN,
     _PLAIN_CALLBACKS,
     _REFUSAL_MEMORY_S,
+    _SIGNALLED,
     _TAKEN,
     DeliveryCallback,
     _kafka_error,
@@ -29,7 +30,7 @@ from failover_partitioner.confluent._shared import (
 )
 from failover_partitioner.errors import REFUSED_RIGHTS, ErrorClass, MetadataUnavailable, classify
 from failover_partitioner.health import TopicMetadata
-from retry_buffer import Entry
+from retry_buffer import Entry, RetryBufferError
 
 logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
 
@@ -302,10 +303,38 @@ class Delivering(Clients):
             entry = rec._entry = self._buffer.adopt(rec)
         return entry
 
-    def _wait(self, rec: _Record, why: int | BaseException) -> None:
-        """Put ``rec`` in the failed buffer without an attempt (nothing usable, queue full)."""
-        if self._core.hold(self._admit(rec), rec._m[0], why):
-            self._leave_whole()
+    def _wait(self, rec: _Record, why: int | BaseException, first: bool = False) -> None:
+        """Put ``rec`` in the failed buffer without an attempt (nothing usable, queue full);
+        ``first``: a first attempt, inside ``produce()`` or ``produce_batch()`` (see
+        ``_own_end``)."""
+        entry = self._admit(rec)
+        try:
+            if self._core.hold(entry, rec._m[0], why):
+                self._leave_whole()
+        except BaseException as exc:
+            if not first or isinstance(exc, RetryBufferError):
+                raise
+            self._own_end(exc)
 
-    def _fail_finally(self, rec: _Record, error: object) -> None:
-        self._core.end(self._admit(rec), error)
+    def _fail_finally(self, rec: _Record, error: object, first: bool = False) -> None:
+        entry = self._admit(rec)
+        try:
+            self._core.end(entry, error)
+        except BaseException as exc:
+            if not first or isinstance(exc, RetryBufferError):
+                raise
+            self._own_end(exc)
+
+    def _own_end(self, exc: BaseException) -> None:
+        """A callback (the message's, or the dead-letter hook) raised ``exc`` as a first
+        attempt failed finally inside ``produce()`` or ``produce_batch()`` (a topic the cluster
+        lacks, refused rights, no retry left): the message was accepted, and has had its
+        outcome. So the call goes on and counts it in; the exception is kept for the next
+        ``poll()``, ``flush()`` or ``close()``, as one a callback raises for another message
+        is (``_make_way``); a signal's goes on marked taken (``_taken_when_interrupted``)."""
+        if isinstance(exc, _SIGNALLED):
+            self._taken_when_interrupted(exc, first=True)
+            raise exc
+        if not isinstance(exc, Exception):
+            raise exc
+        self._keep_raised(exc)

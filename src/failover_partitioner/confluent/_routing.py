@@ -179,6 +179,7 @@ class Routing(Delivering):
             # No record: the group hears of a first-attempt delivery without a report,
             # and a failure is rebuilt from the client's (see DeliveryGroup), with the
             # headers and timestamp the report's partial keeps (see _report_keeping).
+            # _group_report, inline (a mirror sends every message this way: a frame shows).
             held = on_delivery._client_report  # weakly (see _GroupReport)
             report = None if held is None else held()
             if report is None or report.producer is not self:
@@ -215,6 +216,16 @@ class Routing(Delivering):
             self._sender(rec)(topic, value, key, p, rec, None, timestamp or 0, kept)
         except BaseException as exc:
             self._produce_raised(rec, exc, first=True)
+
+    def _group_report(self, group: DeliveryGroup) -> _GroupReport:
+        """The client's callback for ``group``'s messages sent without a record, made on
+        first use and held by the group weakly (see _GroupReport)."""
+        held = group._client_report
+        report: _GroupReport | None = None if held is None else held()
+        if report is None or report.producer is not self:
+            report = _GroupReport(self, group)
+            group._client_report = weakref.ref(report)
+        return report
 
     def _send_rebuildable(
         self,
@@ -340,13 +351,14 @@ class Routing(Delivering):
         elif p < 0:
             if p == NO_TOPIC:
                 error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, self._core.missing(topic))
-                self._fail_finally(rec, error)
+                self._fail_finally(rec, error, first)
                 return
             if p == NO_RIGHTS:
                 refused = self._core.refused(topic)
-                self._fail_finally(rec, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, refused))
+                error = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, refused)
+                self._fail_finally(rec, error, first)
                 return
-            self._wait(rec, p)
+            self._wait(rec, p, first)
             return
         previous = rec._partition
         rec._partition = p
@@ -382,7 +394,7 @@ class Routing(Delivering):
         rec._partition = previous
         if isinstance(exc, BufferError):
             if not self._retry_queue_full(rec, exc, partition, first, previous):
-                self._wait(rec, exc)
+                self._wait(rec, exc, first)
             return
         if first and rec._entry is None:
             if (
@@ -393,7 +405,7 @@ class Routing(Delivering):
                 # mistake, so the message ends here as any refused one does (callback,
                 # dead-letter hook), never rerouted.
                 self._refusals[rec._m[0]] = (time.monotonic(), _kafka_error(exc))
-                self._fail_finally(rec, exc)
+                self._fail_finally(rec, exc, first=True)
                 return
             # The caller's own mistake (a bad value type, ...): the message was not accepted:
             # the caller sees the exception.

@@ -15,7 +15,6 @@ the delivery callbacks do it inline; the others (the producer's ``error_cb``, th
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import operator
@@ -75,24 +74,26 @@ _ANY_PARTITION = -1
 _OFF: Any = object()
 _CLIENT_PLACES: Callable[[], int] = itertools.repeat(_ANY_PARTITION).__next__
 
-# produce_batch: the keys a message dict may have, and the keys of one the client takes as is.
+# produce_batch: the keys a message dict may have; the value of one the client takes as is
+# (bytes or None: a str would come back as bytes in a report, and one the client cannot
+# encode, a lone surrogate, is queued as a null value before the client raises).
 _BATCH_KEYS = frozenset({"value", "key", "headers", "timestamp"})
 _VALUE = operator.itemgetter("value")
-_drain = collections.deque  # deque(iterator, maxlen=0) consumes it in C
+_BATCH_VALUE_TYPES = frozenset({bytes, type(None)})
 _partial = functools.partial
 
 
 def _value_only(chunk: list[Any]) -> bool:
-    """True when every item of ``chunk`` is a mapping whose only key is ``"value"``."""
-    # Two passes in C, allocating nothing: every item has "value" (else KeyError/TypeError),
-    # and the sizes add up to one key each.
+    """True when every item of ``chunk`` is a mapping whose only key is ``"value"``, and each
+    value is bytes or None."""
+    # Two passes in C, allocating nothing: the sizes add up to one key each, and every item
+    # has "value" (else KeyError/TypeError) of one of those types.
     try:
         if sum(map(len, chunk)) != len(chunk):
             return False
-        _drain(map(_VALUE, chunk), maxlen=0)
+        return _BATCH_VALUE_TYPES.issuperset(map(type, map(_VALUE, chunk)))
     except (TypeError, KeyError):
         return False
-    return True
 
 
 # librdkafka's largest queue.buffering.max.messages.
