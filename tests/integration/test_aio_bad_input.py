@@ -33,22 +33,23 @@ def cluster() -> Iterator[Cluster]:
 def test_a_timestamp_or_header_name_kafka_cannot_store_is_refused_at_send(
     cluster: Cluster,
 ) -> None:
-    """Kafka's clients take a timestamp from 0 to 2**63 - 1 (a record batch holds an int64)
-    and UTF-8 header names; anything else raises ValueError from send(), naming it, and is not
-    accepted (aiokafka would fail on it only when the batch is built, after acceptance)."""
+    """A timestamp from 1 to 2**63 - 1 (a record batch holds an int64; 0 is refused by both
+    producers alike, as librdkafka cannot carry it) and UTF-8 header names; anything else
+    raises ValueError from send(), naming it, and is not accepted (aiokafka would fail on it
+    only when the batch is built, after acceptance)."""
     cluster.create_topic("stamps", partitions=1, replication_factor=3)
 
     async def run() -> list[Any]:
         async with AsyncFailoverProducer(bootstrap_servers=cluster.bootstrap_servers) as ap:
             await ap.refresh("stamps")
-            for ts in (2**63, -1):
+            for ts in (2**63, -1, 0):
                 with pytest.raises(ValueError, match=rf"timestamp_ms .* got {ts}; .*not accepted"):
                     await ap.send("stamps", b"bad", timestamp_ms=ts)
             with pytest.raises(ValueError, match=r"header name 'h\\ud800'.*not accepted"):
                 await ap.send("stamps", b"bad", headers=[("h\ud800", b"1")])
             assert (ap.statistics().produced, len(ap)) == (0, 0)
             futures = [
-                await ap.send("stamps", b"first", timestamp_ms=0),
+                await ap.send("stamps", b"first", timestamp_ms=1),
                 await ap.send("stamps", b"last", timestamp_ms=2**63 - 1),
                 await ap.send("stamps", b"named", headers={"h\u00e9": b"1"}),
             ]

@@ -551,3 +551,35 @@ def test_a_group_offset_past_the_log_end_is_committed_down_and_nothing_is_skippe
         assert values == {b"first-%d" % i for i in range(10)} | {
             b"second-%d" % i for i in range(20)
         }
+
+
+@pytest.mark.filterwarnings("ignore:.*is deprecated. Use files:DeprecationWarning")  # kafka-python
+@pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")
+def test_a_source_record_with_create_time_zero_is_mirrored_not_dead_lettered(
+    tmp_path: Path,
+) -> None:
+    """A record whose CreateTime is 0 (written so by kafka-python here) cannot be carried by
+    librdkafka, which reads 0 as "now", and the failover producer refuses it rather than
+    change it unsaid: the mirror produces it with the time of sending, as the fast lane
+    always did, instead of sending it to the dead-letter topic."""
+    from kafka import KafkaProducer  # kafka-python: the one client here that writes 0
+
+    with Cluster(brokers=1) as src, Cluster(brokers=1) as dst:
+        src.create_topic("events", partitions=1, replication_factor=1)
+        writer = KafkaProducer(bootstrap_servers=src.bootstrap_servers, acks="all")
+        try:
+            for i in range(4):
+                writer.send(
+                    "events", b"at-zero-%d" % i, partition=0, timestamp_ms=0 if i % 2 else 5
+                )
+            writer.flush(30)
+        finally:
+            writer.close(5)
+        args = mirror_args(src, dst, "zero", tmp_path, "--no-fast-lane")
+        mirror = MirrorProcess(args, tmp_path / "mirror.log")
+        finish(mirror, src, "events", "zero")
+        target = read_target(dst, "events")
+        assert sorted(m.value() for m in target) == [b"at-zero-%d" % i for i in range(4)]
+        stamps = {m.value(): m.timestamp()[1] for m in target}
+        assert stamps[b"at-zero-0"] == 5
+        assert stamps[b"at-zero-1"] > 1_700_000_000_000  # the time of sending

@@ -67,6 +67,9 @@ CASES = [
     Case("a header name not UTF-8", headers=[("h\ud800", b"1")], refused=ValueError),
     Case("a timestamp", timestamp=1_700_000_000_000),
     Case("a timestamp of 2**63 - 1", timestamp=2**63 - 1),
+    Case("a timestamp of 1", timestamp=1),
+    # librdkafka writes 0 as the time of sending: both refuse it (None means now).
+    Case("a timestamp of 0", timestamp=0, refused=ValueError),
     Case("a negative timestamp", timestamp=-5, refused=ValueError),
     Case("a timestamp past 64 bits", timestamp=2**63, refused=ValueError),
     Case("a timestamp not an int", timestamp=1.5, refused=TypeError),

@@ -50,18 +50,21 @@ def check_topic(topic: object) -> None:
 
 
 def check_timestamp(timestamp: object, name: str = "timestamp") -> None:
-    """Refuse a message timestamp Kafka cannot store: it is epoch milliseconds from 0 up to
+    """Refuse a message timestamp the producers cannot store: epoch milliseconds from 1 up to
     2**63 - 1 (a record batch holds 64 bits, and the Java client refuses a negative one).
+    Kafka would store 0, but librdkafka reads a timestamp of 0 as "now" and writes the time
+    of sending instead, so 0 is refused too, by both producers alike (None means now).
     Both producers check one given, before the message is accepted."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int):
         raise TypeError(
             f"{name} must be an int of epoch milliseconds or None, got {timestamp!r} "
             f"({type(timestamp).__name__})"
         )
-    if not 0 <= timestamp < _TIMESTAMP_END:
+    if not 0 < timestamp < _TIMESTAMP_END:
         raise ValueError(
-            f"{name} must be epoch milliseconds from 0 to 2**63 - 1, as Kafka accepts, got "
-            f"{timestamp!r}; the message was not accepted"
+            f"{name} must be epoch milliseconds from 1 to 2**63 - 1 (None: now; not 0, which "
+            f"librdkafka writes as the time of sending), got {timestamp!r}; the message was "
+            "not accepted"
         )
 
 

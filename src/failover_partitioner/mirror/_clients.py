@@ -230,6 +230,13 @@ def produce_consumed(
         msg.key(),
         headers,
         callback,  # type: ignore[arg-type]  # see the parameter
-        ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+        create_time(ts_type, ts),
         *partition,
     )
+
+
+def create_time(ts_type: int, ts: int) -> int | None:
+    """The timestamp a consumed record is produced with: its own, or None (the time of
+    sending) when it has none, or 0, which librdkafka cannot carry (it writes the time of
+    sending for it; the failover producer refuses it rather than change it unsaid)."""
+    return ts if ts_type != TIMESTAMP_NOT_AVAILABLE and ts > 0 else None

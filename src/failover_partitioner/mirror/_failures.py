@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from failover_partitioner._message import DeliveryReport
 from failover_partitioner.errors import ProduceTimeout
+from failover_partitioner.mirror._clients import create_time
 
 from ._clients import Clients, describe
 from ._commits import CommitLedger, Span
@@ -200,7 +201,7 @@ class Failures:
                 src.key(),
                 headers,
                 partial(self._on_dead_letter, failure),
-                ts if ts_type != TIMESTAMP_NOT_AVAILABLE else None,
+                create_time(ts_type, ts),
             )
         except (BufferError, ProduceTimeout, KafkaException, ValueError, TypeError) as exc:
             self.queue.append(

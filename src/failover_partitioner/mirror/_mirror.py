@@ -369,7 +369,7 @@ class Mirror:
                 else:
                     headers = [*prefix, (HEADER_SOURCE_OFFSET, b"%d" % offset)]
                 ts_type, ts = msg.timestamp()
-                stamp = ts if ts_type != no_timestamp else None
+                stamp = ts if ts_type != no_timestamp and ts > 0 else None  # create_time()
                 last_ts = stamp or 0  # the lane's "no timestamp" too
                 if away:
                     rerouted[topic] = rerouted.get(topic, 0) + 1
