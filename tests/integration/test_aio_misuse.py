@@ -26,6 +26,7 @@ from failover_partitioner import (
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.aio._metadata import AioMetadataSource
 from minibroker import Cluster
+from tests.integration.aio_support import outage_cluster
 
 T = TypeVar("T")
 
@@ -39,14 +40,8 @@ def healthy() -> Iterator[Cluster]:
 
 @pytest.fixture
 def outage() -> Iterator[Cluster]:
-    """Every partition of topic ``o`` below min ISR: RF=3, min ISR 3, one broker down."""
-    with Cluster(brokers=3, config={"min.insync.replicas": "3"}) as cluster:
-        cluster.create_topic("o", partitions=3, replication_factor=3)
-        cluster.stop_broker(3)
-        deadline = time.monotonic() + 10
-        while any(len(cluster.partition_state("o", p).isr) > 2 for p in range(3)):
-            assert time.monotonic() < deadline, "the controller never noticed broker 3"
-            time.sleep(0.05)
+    """Every partition of topic ``o`` below min ISR (``outage_cluster``)."""
+    with outage_cluster() as cluster:
         yield cluster
 
 
