@@ -62,8 +62,9 @@ class AsyncRetryBuffer(Generic[T]):
         )
         self._on_final_failure = on_final_failure
         # Futures of coroutines waiting for a change; all are woken on any change. Their
-        # number is also in core.waiting, which is what core.delivered() looks at.
-        self._waiters: list[asyncio.Future[None]] = []
+        # number is also in core.waiting, which is what core.delivered() looks at. A dict (no
+        # values) for the order and an O(1) removal when a wait ends without a wake.
+        self._waiters: dict[asyncio.Future[None], None] = {}
         self.delivered = self._core.delivered
         self.try_admit = self._core.try_admit
         self.try_enter = self._core.try_enter
@@ -86,15 +87,18 @@ class AsyncRetryBuffer(Generic[T]):
 
     def _wake(self) -> None:
         waiters = self._waiters
-        self._waiters = []
+        self._waiters = {}
         for fut in waiters:
-            if not fut.done():
+            # A future of a loop closed while its coroutine waited cannot be woken (set_result
+            # raises there); it must not keep the others asleep, nor make delivered() raise
+            # for an entry already counted out.
+            if not fut.done() and not fut.get_loop().is_closed():
                 fut.set_result(None)
 
     async def _wait_change(self, timeout_s: float | None) -> None:
         """Wait until an outcome, a close or ``timeout_s`` seconds, whichever comes first."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        self._waiters[fut] = None
         core = self._core
         core.waiting += 1
         start = time.monotonic()
@@ -104,6 +108,9 @@ class AsyncRetryBuffer(Generic[T]):
             core.waiting -= 1
             if not fut.done():
                 fut.cancel()
+            # Timed out or cancelled: not woken, so still listed; a stalled broker times out
+            # every wait, and the list would grow without bound.
+            self._waiters.pop(fut, None)
             core.wait_s += time.monotonic() - start
 
     # -- admission ---------------------------------------------------------------------------
@@ -179,7 +186,9 @@ class AsyncRetryBuffer(Generic[T]):
             try:
                 report_finals(finals, self._on_final_failure)
             except BaseException:
-                if entry is not None:  # not lost: the next take returns it
+                # Not lost: the next take returns it; or the callback closed the buffer, and
+                # close() handed it back. Either way its exception is what the caller sees.
+                if entry is not None and not core.closed:
                     core.untake(entry)
                 raise
         return entry

@@ -18,25 +18,28 @@ without its lock: it changes shared state with a single ``dict.pop`` on the in-f
 which is atomic in CPython (under the GIL, and under the dict's own lock in free-threaded
 builds). Every other change runs under the shell's lock, and the counters are arranged so that
 none of them races with that pop: the in-flight count is ``len(live)`` and ``delivered`` is
-derived, not incremented. ``close()`` pops entries one at a time for the same reason, so each
-entry ends either delivered or handed back. The shells count callers blocked waiting for room
-in ``waiting``, and register there *before* they look for room; ``delivered()`` reads it after
-its pop and calls the shell's ``wake`` only when someone waits. So a waiter either sees the
-room or is woken: never neither.
+derived, not incremented. ``close()`` pops entries one at a time for the same reason (each pop
+one ``popitem()``, ending at the ``KeyError``: a ``while live`` test before it would be a second
+step, and a delivery could take the last entry in between), so each entry ends either delivered
+or handed back; ``closed`` is set before the first pop, so a delivery that finds its entry gone
+says ``BufferClosed``. The shells count callers blocked waiting for room in ``waiting``, and
+register there *before* they look for room; ``delivered()`` reads it after its pop and calls the
+shell's ``wake`` only when someone waits. So a waiter either sees the room or is woken: never
+neither.
 
 Held by the sender. A sender whose client keeps its own count of what it holds (confluent-kafka's
 ``len(producer)``: queued, in flight, or with a report not yet served) need not admit its first
 attempts: made with ``held`` (that count), the buffer counts in flight as ``held()`` plus the
-failed buffer's depth. ``try_admit`` and ``has_room`` compare that with the limit; a message
-whose attempt failed leaves the sender's count as it enters the failed buffer (``adopt`` gives
-it an entry without looking for room: it was counted already), and going back to the sender
-moves it the other way, so only new messages raise the sum. The sender may also let its client
-keep the bound while the buffer has no entry (``entries``: nothing waits, no retry is out), a
-client queue bounded at the limit: the sum is then that client's count alone. (The failed
-buffer being empty is not enough when retries go to another client than first attempts.)
-``admitted`` and ``delivered`` in ``statistics()`` then count
-only the entries the buffer gave out, and waiting for room is the sender's (its client frees
-room without telling the buffer).
+failed buffer's depth. ``try_admit``, ``admit_many`` and ``has_room`` compare that with the
+limit; a message whose attempt failed leaves the sender's count as it enters the failed buffer
+(``adopt`` gives it an entry without looking for room: it was counted already), and going back
+to the sender moves it the other way, so only new messages raise the sum. The sender may also
+let its client keep the bound while the buffer has no entry (``entries``: nothing waits, no
+retry is out), a client queue bounded at the limit: the sum is then that client's count alone.
+(The failed buffer being empty is not enough when retries go to another client than first
+attempts.) ``admitted`` and ``delivered`` in ``statistics()`` then count only the entries the
+buffer gave out, and waiting for room is the sender's (its client frees room without telling
+the buffer).
 """
 
 from __future__ import annotations
@@ -136,8 +139,10 @@ class Accounting(Generic[T]):
         # the hot path needs one comparison.
         self._gate = limit
         self._next_seq = 0
-        # Every in-flight entry by seq, including those waiting in the failed buffer.
-        self._live: dict[int, Entry[T]] = {}
+        # Every in-flight entry, including those waiting in the failed buffer, keyed by itself
+        # (entries hash by identity): "is this entry in flight here" is one lookup, which
+        # try_enter makes per call. Insertion order is admission order.
+        self._live: dict[Entry[T], Entry[T]] = {}
         # The failed buffer: one FIFO per backoff delay. Within one FIFO every entry waits the
         # same delay, so failure order is due order and only heads need looking at.
         self._delays = self._backoff_levels(policy)
@@ -184,8 +189,15 @@ class Accounting(Generic[T]):
     def try_enter(self, entry: Entry[T]) -> bool:
         """``try_admit`` for an entry the sender made, new, of an ``Entry`` subclass that is
         its own item (its ``item`` property returns itself): one object per message instead
-        of two. Counts it in and sets its fields; False while at the limit."""
+        of two. Counts it in and sets its fields; False while at the limit. An entry this
+        buffer counts in flight already raises ``RetryBufferError`` (it would be counted twice
+        and end twice)."""
         live = self._live
+        if entry in live:
+            raise RetryBufferError(
+                f"try_enter() got entry seq={entry.seq}, which this buffer counts in flight "
+                "already; enter each message once, and only a new entry"
+            )
         n = len(live) if self._held is None else self._held() + self._failed_depth
         if n >= self._gate:
             if self.closed:
@@ -198,7 +210,7 @@ class Accounting(Generic[T]):
         entry.attempts = 1
         entry.admitted_at = clock()
         entry._state = _SENT
-        live[seq] = entry
+        live[entry] = entry
         if n >= self._peak_in_flight:
             self._peak_in_flight = n + 1
         return True
@@ -214,7 +226,7 @@ class Accounting(Generic[T]):
         seq = self._next_seq
         self._next_seq = seq + 1
         entry: Entry[T] = Entry(item, seq, self._clock())
-        self._live[seq] = entry
+        self._live[entry] = entry
         return entry
 
     def admit_many(self, items: Sequence[T]) -> list[Entry[T]]:
@@ -222,7 +234,10 @@ class Accounting(Generic[T]):
         if self.closed:
             raise BufferClosed("cannot admit: the buffer is closed")
         live = self._live
-        room = self._gate - len(live)
+        # In flight as try_enter counts it: with held, what the sender holds and the failed
+        # buffer's depth.
+        n = len(live) if self._held is None else self._held() + self._failed_depth
+        room = self._gate - n
         if room <= 0 or not items:
             return []
         take = items if len(items) <= room else items[:room]
@@ -230,31 +245,27 @@ class Accounting(Generic[T]):
         now = self._clock()
         entries = [Entry(item, s, now) for s, item in enumerate(take, seq)]
         self._next_seq = seq + len(entries)
-        live.update(zip(range(seq, seq + len(entries)), entries, strict=True))
-        if len(live) > self._peak_in_flight:
-            self._peak_in_flight = len(live)
+        live.update(zip(entries, entries, strict=True))
+        if n + len(entries) > self._peak_in_flight:
+            self._peak_in_flight = n + len(entries)
         return entries
 
     # -- outcomes ----------------------------------------------------------------------------
 
     def delivered(self, entry: Entry[T]) -> None:
         """Record final success. Safe without the shell's lock (see the module doc)."""
-        if entry._state == _SENT:
-            popped = self._live.pop(entry.seq, None)
-            if popped is entry:
-                entry._state = _DONE
-                if self.waiting:  # read after the pop: see the module doc
-                    self._wake()
-                return
-            if popped is not None:  # another buffer's entry with the same seq: undo
-                self._live[popped.seq] = popped
+        if entry._state == _SENT and self._live.pop(entry, None) is not None:
+            entry._state = _DONE
+            if self.waiting:  # read after the pop: see the module doc
+                self._wake()
+            return
         raise self._misuse(entry, "delivered")
 
     def failed(
         self, entry: Entry[T], error: object, retriable: bool, possibly_persisted: bool
     ) -> bool:
         """Record a failed attempt: queue the entry for another (True) or fail it finally."""
-        if self.closed or entry._state != _SENT or self._live.get(entry.seq) is not entry:
+        if self.closed or entry._state != _SENT or entry not in self._live:
             raise self._misuse(entry, "failed")
         now = self._clock()
         entry._last_error = error
@@ -293,7 +304,7 @@ class Accounting(Generic[T]):
 
     def _finish_failed(self, entry: Entry[T], error: object) -> None:
         entry._state = _DONE
-        self._live.pop(entry.seq, None)
+        self._live.pop(entry, None)
         self._final_failures += 1
         self._finals.append((entry, error))
 
@@ -306,14 +317,16 @@ class Accounting(Generic[T]):
 
     def _misuse(self, entry: Entry[T], what: str) -> RetryBufferError:
         state = entry._state
-        if self._live.get(entry.seq) is not entry and state in (_SENT, _QUEUED):
-            return RetryBufferError(
-                f"{what}() got entry seq={entry.seq} that this buffer did not admit"
-            )
+        # Closed first: close() pops every entry before it marks any _CLOSED, so a report
+        # racing it can find its entry gone and still _SENT. It was handed back (or is being).
         if self.closed or state == _CLOSED:
             return BufferClosed(
                 f"{what}() for entry seq={entry.seq} after close(): the buffer is closed and "
                 "close() handed back every unfinished entry"
+            )
+        if entry not in self._live and state in (_SENT, _QUEUED):
+            return RetryBufferError(
+                f"{what}() got entry seq={entry.seq} that this buffer did not admit"
             )
         if state == _DONE:
             return RetryBufferError(
@@ -361,7 +374,7 @@ class Accounting(Generic[T]):
         """Undo the ``take_failed()`` that just returned ``entry``, before any attempt: it is
         the oldest due entry again (its caller could not send it, a callback having raised on
         the way)."""
-        if self._live.get(entry.seq) is not entry or entry._state != _SENT:
+        if entry not in self._live or entry._state != _SENT:
             raise self._misuse(entry, "untake")
         entry.attempts -= 1
         entry._state = _QUEUED
@@ -397,8 +410,11 @@ class Accounting(Generic[T]):
         self._failed_depth = 0
         live = self._live
         left = []
-        while live:
-            left.append(live.popitem()[1])  # one atomic pop each: see the module doc
+        while True:
+            try:
+                left.append(live.popitem()[1])  # one atomic pop each: see the module doc
+            except KeyError:  # empty, perhaps by a delivery of the last entry just now
+                break
         left.reverse()  # popitem() is LIFO: back to admission order
         for entry in left:
             entry._state = _CLOSED

@@ -78,6 +78,9 @@ class Entry(Generic[T]):
     ``seq`` is unique per buffer and follows admission order; ``attempts`` counts attempts
     started (1 at admission); ``possibly_duplicated`` is set once a failure was reported with
     ``possibly_persisted=True`` (the broker may have stored it, so a retry may duplicate it).
+
+    Entries hash and compare by identity (a buffer's in-flight table is keyed by them): a
+    subclass must not define ``__eq__`` or ``__hash__``.
     """
 
     # A slotted class rather than a dataclass: admission creates one per message, on the hot path.

@@ -26,6 +26,13 @@ __all__ = ["Merger", "RetryBuffer"]
 T = TypeVar("T")
 
 
+def _wait(cond: threading.Condition, timeout_s: float | None) -> None:
+    """``cond.wait(timeout_s)``; a bound at or past ``threading.TIMEOUT_MAX`` (an infinite
+    timeout, say) raises OverflowError there, so it waits without one: every caller waits in a
+    loop that checks its deadline again."""
+    cond.wait(None if timeout_s is None or timeout_s >= threading.TIMEOUT_MAX else timeout_s)
+
+
 class RetryBuffer(Generic[T]):
     """Inflow gate, failed buffer and retry policy for messages of type ``T``; thread-safe.
 
@@ -179,7 +186,7 @@ class RetryBuffer(Generic[T]):
                         if remaining is not None and remaining <= 0:
                             assert timeout is not None
                             raise InflowTimeout(limit=core.limit, timeout_s=timeout)
-                        self._cond.wait(remaining)
+                        _wait(self._cond, remaining)
                         entry = core.try_admit(item)
                         if entry is not None:
                             return entry
@@ -230,9 +237,12 @@ class RetryBuffer(Generic[T]):
             try:
                 report_finals(finals, self._on_final_failure)
             except BaseException:
-                if entry is not None:  # not lost: the next take returns it
+                if entry is not None:
                     with self._lock:
-                        core.untake(entry)
+                        # Not lost: the next take returns it; or close() came first and handed
+                        # it back. Either way the callback's exception is what the caller sees.
+                        if not core.closed:
+                            core.untake(entry)
                 raise
         return entry
 
@@ -253,7 +263,7 @@ class RetryBuffer(Generic[T]):
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return False
-                    self._cond.wait(remaining)
+                    _wait(self._cond, remaining)
                 return True
             finally:
                 core.waiting -= 1
@@ -444,9 +454,11 @@ class Merger(Generic[T]):
             try:
                 report_finals(finals, buf._on_final_failure)
             except BaseException:
-                if entry is not None:  # not lost: the next take returns it
+                if entry is not None:
                     with lock:
-                        core.untake(entry)
+                        # As in RetryBuffer.take_failed: close() may have handed it back.
+                        if not core.closed:
+                            core.untake(entry)
                 raise
         if pull_more:
             self._pull()
@@ -487,7 +499,7 @@ class Merger(Generic[T]):
                     remaining = core.wait_bound_s(remaining)
                     start = time.monotonic()
                     try:
-                        buf._cond.wait(remaining)
+                        _wait(buf._cond, remaining)
                     finally:
                         core.wait_s += time.monotonic() - start
                 finally:

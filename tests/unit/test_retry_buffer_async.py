@@ -165,3 +165,53 @@ def test_async_merger_waits_for_room_from_another_task() -> None:
         assert merger.finished
 
     asyncio.run(main())
+
+
+def test_a_waiter_left_on_a_closed_loop_keeps_no_other_waiter_asleep() -> None:
+    """A coroutine waiting for room on a loop that was closed (not cancelled) leaves a future
+    nobody can wake. The buffer, used on from a new loop, must still wake that loop's waiters,
+    and delivered() must not raise for an entry it has counted out."""
+    buf: AsyncRetryBuffer[str] = AsyncRetryBuffer(max_in_flight=1)
+    old_loop = asyncio.new_event_loop()
+    # Its pending task is reported ("destroyed but it is pending") when collected: expected.
+    old_loop.set_exception_handler(lambda loop, context: None)
+    try:
+        first = old_loop.run_until_complete(buf.admit("a"))
+        stale = old_loop.create_task(buf.admit("b"))
+        old_loop.run_until_complete(asyncio.sleep(0))
+        assert not stale.done()  # waiting for room
+    finally:
+        old_loop.close()
+
+    async def main() -> None:
+        waiter = asyncio.ensure_future(buf.admit("c", timeout=10.0))
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        buf.delivered(first)
+        assert (await waiter).item == "c"
+        assert buf.statistics().delivered == 1
+
+    asyncio.run(main())
+
+
+def test_waits_that_end_without_a_wake_leave_nothing_behind() -> None:
+    """Against a stalled broker every wait times out (or its task is cancelled): each must
+    take its future with it, or the buffer grows by one per wait until some outcome comes."""
+
+    async def main() -> None:
+        buf: AsyncRetryBuffer[int] = AsyncRetryBuffer(max_in_flight=1)
+        first = await buf.admit(0)
+        for _ in range(20):
+            with pytest.raises(InflowTimeout):
+                await buf.admit(1, timeout=0.001)
+        assert not await buf.wait_idle(0.001)
+        cancelled = asyncio.ensure_future(buf.admit(1))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert (len(buf._waiters), buf._core.waiting) == (0, 0)
+        buf.delivered(first)
+        assert (await buf.admit(1, timeout=0)).item == 1
+
+    asyncio.run(main())

@@ -14,6 +14,7 @@ import retry_buffer
 from retry_buffer import (
     AsyncRetryBuffer,
     BufferClosed,
+    Entry,
     InvalidArgument,
     Merger,
     RetryBuffer,
@@ -110,6 +111,43 @@ def test_entry_of_another_buffer_is_refused() -> None:
     b.delivered(eb)  # b's own entry is untouched by the refused call
     a.delivered(ea)
     assert a.statistics().delivered == b.statistics().delivered == 1
+
+
+class _OwnEntry(Entry["_OwnEntry"]):
+    """A sender's message object that is its own entry (see ``try_enter``)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    @property
+    def item(self) -> _OwnEntry:
+        return self
+
+
+@pytest.mark.parametrize("flavour", [RetryBuffer, AsyncRetryBuffer])
+def test_try_enter_refuses_an_entry_in_flight_already(flavour: type[Any]) -> None:
+    """Entered twice, it would count twice and end twice (the second end a misuse error);
+    refused with the limit free or reached, sent or waiting in the failed buffer."""
+    buf: RetryBuffer[_OwnEntry] | AsyncRetryBuffer[_OwnEntry] = flavour(max_in_flight=2)
+    a, b = _OwnEntry(), _OwnEntry()
+    assert buf.try_enter(a)
+    with pytest.raises(RetryBufferError, match=r"try_enter\(\) got entry seq=0, which this buffer"):
+        buf.try_enter(a)
+    assert buf.in_flight == 1
+    assert buf.try_enter(b)
+    with pytest.raises(RetryBufferError, match="counts in flight already"):
+        buf.try_enter(b)  # at the limit: refused, not just "no room"
+    assert buf.failed(a, "x")
+    with pytest.raises(RetryBufferError, match="counts in flight already"):
+        buf.try_enter(a)  # waiting in the failed buffer
+    buf.delivered(b)
+    assert buf.take_failed() is a
+    buf.delivered(a)
+    stats = buf.statistics()
+    assert (stats.admitted, stats.delivered, stats.in_flight) == (2, 2, 0)
+    assert buf.close() == []
 
 
 def test_failed_and_delivered_after_close_raise_buffer_closed() -> None:

@@ -18,7 +18,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from retry_buffer import BufferClosed, Entry, InvalidArgument, Merger, RetryBuffer, RetryPolicy
+from retry_buffer import (
+    BufferClosed,
+    Entry,
+    InflowTimeout,
+    InvalidArgument,
+    Merger,
+    RetryBuffer,
+    RetryPolicy,
+)
 from tests.unit.test_retry_buffer_model import FakeClock, policies
 
 
@@ -76,6 +84,25 @@ class HeldMachine(RuleBasedStateMachine):
             return
         assert not self.closed
         self.client[self._new()] = None
+
+    @rule(k=st.integers(1, 4))
+    def send_many(self, k: int) -> None:
+        # A batch admitted in one call: its entries go to the client, as retries do.
+        items = list(range(self.next_item, self.next_item + k))
+        if self.closed:
+            with pytest.raises(BufferClosed):
+                self.buf.admit_many(items, timeout=0)
+            return
+        room = self.limit - len(self.client) - self.buf.failed_depth
+        if room <= 0:
+            with pytest.raises(InflowTimeout):
+                self.buf.admit_many(items, timeout=0)
+            return
+        entries = self.buf.admit_many(items, timeout=0)
+        assert [e.item for e in entries] == items[:room]
+        for entry in entries:
+            assert self._new() == entry.item
+            self.client[entry.item] = entry
 
     @rule()
     def refused_at_once_waits(self) -> None:
@@ -164,3 +191,17 @@ def test_adopt_needs_held() -> None:
 def test_a_merger_refuses_a_held_buffer() -> None:
     with pytest.raises(InvalidArgument, match="held="):
         Merger(RetryBuffer[int](max_in_flight=2, held=lambda: 0), iter([1]))
+
+
+def test_admit_many_counts_what_the_sender_holds() -> None:
+    """With held=, in flight is what the sender holds plus the failed buffer: admit_many
+    admits only what fits beside them, as try_admit does."""
+    client = ["m"] * 3  # the sender's client holds three messages
+    buf: RetryBuffer[str] = RetryBuffer(max_in_flight=4, held=lambda: len(client))
+    got = buf.admit_many(["a", "b", "c"], timeout=0)
+    assert [e.item for e in got] == ["a"]
+    client.extend(e.item for e in got)  # sent
+    with pytest.raises(InflowTimeout):
+        buf.admit_many(["b", "c"], timeout=0)
+    assert buf.in_flight == buf.limit == 4
+    assert buf.statistics().peak_in_flight == 4

@@ -239,6 +239,47 @@ def test_a_raising_final_callback_loses_no_entry_taken_or_reported(
     assert buf.statistics().final_failures == 2
 
 
+@pytest.mark.parametrize("kind", ["buffer", "merger", "async"])
+def test_a_callback_that_closes_the_buffer_and_raises_is_what_the_taker_sees(kind: str) -> None:
+    """take_failed() ends "a" (past its deadline) on the way to "b" (due); the callback closes
+    the buffer (as another thread could at that moment) and raises. Its exception reaches the
+    caller, not a BufferClosed from putting "b" back: close() has handed "b" back already."""
+    clock = FakeClock()
+    handed_back: list[Entry[str]] = []
+    buffers: list[RetryBuffer[str] | AsyncRetryBuffer[str]] = []
+
+    def on_final(entry: Entry[str], error: object) -> None:
+        handed_back.extend(buffers[0].close())
+        raise ValueError("from on_final_failure")
+
+    policy = RetryPolicy(deadline_s=10.0)
+    buf: RetryBuffer[str] | AsyncRetryBuffer[str]
+    if kind == "async":
+        buf = AsyncRetryBuffer(
+            max_in_flight=4, policy=policy, on_final_failure=on_final, clock=clock
+        )
+    else:
+        buf = RetryBuffer(max_in_flight=4, policy=policy, on_final_failure=on_final, clock=clock)
+    buffers.append(buf)
+    take: Callable[[], Entry[str] | None] = buf.take_failed
+    if kind == "merger":
+        assert isinstance(buf, RetryBuffer)
+        take = functools.partial(Merger(buf, []).next, 0.0)
+    a = buf.try_admit("a")
+    clock.now = 5.0
+    b = buf.try_admit("b")
+    assert a is not None
+    assert b is not None
+    buf.failed(a, "x")
+    buf.failed(b, "x")
+    clock.now = 10.0  # "a" is past its deadline, "b" is not
+    with pytest.raises(ValueError, match="from on_final_failure"):
+        take()
+    assert handed_back == [b]
+    stats = buf.statistics()
+    assert (stats.final_failures, stats.returned_on_close, stats.in_flight) == (1, 1, 0)
+
+
 def test_backoff_doubles_per_attempt_up_to_the_maximum() -> None:
     clock = FakeClock()
     buf: RetryBuffer[int] = RetryBuffer(

@@ -205,6 +205,16 @@ class RetryBufferMachine(RuleBasedStateMachine):
         with pytest.raises(RetryBufferError, match="failed buffer"):
             self.buf.delivered(entry)
 
+    @rule(data=st.data())
+    @precondition(lambda self: self.sent or self.queued)
+    def misuse_enter_again(self, data: st.DataObject) -> None:
+        # An entry in flight (out, or waiting in the failed buffer), entered again: refused,
+        # and nothing changes (the invariants check the counts).
+        entries = [*self.sent.values(), *(e for e, _ in self.queued.values())]
+        entry = data.draw(st.sampled_from(entries))
+        with pytest.raises(RetryBufferError, match="counts in flight already"):
+            self.buf.try_enter(entry)
+
     # -- invariants ----------------------------------------------------------------------------
 
     @invariant()

@@ -5,9 +5,12 @@ Every wait here is bounded by a timeout; a deadlock shows up as a failed join, n
 
 from __future__ import annotations
 
+import functools
+import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -262,3 +265,116 @@ def _race_delivered_against_close() -> None:
 def test_delivered_races_with_close_and_each_entry_ends_exactly_once() -> None:
     for _ in range(20):
         _race_delivered_against_close()
+
+
+def _in_another_thread(call: Callable[[], object]) -> BaseException | None:
+    """Run ``call`` in a thread of its own (a polling thread reporting an outcome) and wait
+    for it; what it raised, or None."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            raised.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    _join_all([t])
+    return raised[0] if raised else None
+
+
+class _HookedTable(dict[Entry[int], Entry[int]]):
+    """The core's in-flight table, with a hook on each side of every ``popitem()`` (close()'s
+    pops): another thread's report runs exactly in a window of close()."""
+
+    def __init__(
+        self,
+        table: dict[Entry[int], Entry[int]],
+        before: Callable[[_HookedTable], None] = lambda table: None,
+        after: Callable[[_HookedTable], None] = lambda table: None,
+    ) -> None:
+        super().__init__(table)
+        self.before = before
+        self.after = after
+
+    def popitem(self) -> tuple[Entry[int], Entry[int]]:
+        self.before(self)
+        popped = super().popitem()
+        self.after(self)
+        return popped
+
+
+def test_a_delivery_of_the_last_entry_while_close_pops_is_counted_once() -> None:
+    # close() knows one entry is left and is about to pop it; the polling thread delivers that
+    # entry first. close() must hand back the others (not raise KeyError and drop them).
+    buf: RetryBuffer[int] = RetryBuffer(max_in_flight=3)
+    entries = [buf.admit(i) for i in range(3)]
+    raised: list[BaseException | None] = []
+
+    def before(table: _HookedTable) -> None:
+        if len(table) == 1 and not raised:  # popitem() is LIFO: the one left is entries[0]
+            raised.append(_in_another_thread(functools.partial(buf.delivered, entries[0])))
+
+    buf._core._live = _HookedTable(buf._core._live, before=before)
+    left = buf.close()
+    assert raised == [None]  # delivered
+    assert [e.item for e in left] == [1, 2]
+    stats = buf.statistics()
+    assert (stats.delivered, stats.returned_on_close, stats.in_flight) == (1, 2, 0)
+    assert buf.close() == []
+
+
+def test_a_delivery_after_close_took_its_entry_raises_buffer_closed() -> None:
+    # close() has popped every entry and not yet marked them; a delivery of one of them is a
+    # report after close() (FailoverProducer catches BufferClosed there), not a foreign entry.
+    buf: RetryBuffer[int] = RetryBuffer(max_in_flight=3)
+    entries = [buf.admit(i) for i in range(3)]
+    raised: list[BaseException | None] = []
+
+    def after(table: _HookedTable) -> None:
+        if not table and not raised:
+            raised.append(_in_another_thread(functools.partial(buf.delivered, entries[0])))
+
+    buf._core._live = _HookedTable(buf._core._live, after=after)
+    left = buf.close()
+    assert len(raised) == 1
+    assert isinstance(raised[0], BufferClosed), raised[0]
+    assert left == entries
+    stats = buf.statistics()
+    assert (stats.delivered, stats.returned_on_close, stats.in_flight) == (0, 3, 0)
+
+
+@pytest.mark.parametrize("timeout", [math.inf, 2 * threading.TIMEOUT_MAX], ids=["inf", "huge"])
+@pytest.mark.parametrize("call", ["admit", "wait_idle", "merger"])
+def test_a_timeout_past_what_a_lock_can_wait_waits_without_one(
+    call: str, timeout: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Condition.wait raises OverflowError past threading.TIMEOUT_MAX; such a timeout is
+    # documented as valid (finite or infinite, >= 0) and means: wait until woken. The delivery
+    # is started from the wait itself, so it lands while the caller waits (its wake needs the
+    # lock, which the wait releases).
+    buf: RetryBuffer[int] = RetryBuffer(max_in_flight=1)
+    first = buf.admit(0)
+    deliverer = threading.Thread(target=buf.delivered, args=(first,))
+    real_wait = threading.Condition.wait
+
+    def wait(cond: threading.Condition, timeout: float | None = None) -> bool:
+        if cond is buf._cond and deliverer.ident is None:
+            deliverer.start()
+        return real_wait(cond, timeout)
+
+    monkeypatch.setattr(threading.Condition, "wait", wait)
+    operations: dict[str, Callable[[], object]] = {
+        "admit": lambda: buf.admit(1, timeout=timeout).item,
+        "wait_idle": lambda: buf.wait_idle(timeout),
+        "merger": lambda: getattr(Merger(buf, [1]).next(timeout=timeout), "item", None),
+    }
+    results: list[object] = []
+    waiter = threading.Thread(target=lambda: results.append(operations[call]()), daemon=True)
+    waiter.start()
+    _join_all([waiter])
+    assert deliverer.ident is not None  # it did wait
+    _join_all([deliverer])
+    assert results == [True if call == "wait_idle" else 1]
+    assert buf._core.waiting == 0
