@@ -156,6 +156,18 @@ def test_a_setting_the_client_rejects_is_a_configuration_error(
     assert "no.such.setting" in err
 
 
+def test_translate_with_a_setting_the_client_rejects_exits_2_as_the_mirror_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consumer = tmp_path / "consumer.properties"
+    consumer.write_text("no.such.setting=1\n")
+    argv = ["translate", "--source", "127.0.0.1:9", "--target", "127.0.0.1:9", "--group", "g"]
+    assert main([*argv, "--consumer.config", str(consumer)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("failover-mirror translate: error: source consumer config: ")
+    assert "no.such.setting" in err
+
+
 def test_tune_gc_freezes_startup_objects_and_raises_the_young_threshold() -> None:
     threshold = gc.get_threshold()
     try:

@@ -22,7 +22,7 @@ from failover_partitioner.errors import ProduceTimeout
 from ._clients import Clients, describe
 from ._commits import CommitLedger
 from ._config import MirrorOptions, TopicRouter
-from ._offsets import OffsetSync
+from ._offsets import PROVENANCE_NONE, OffsetSync
 from ._report import Counters
 from ._targets import Targets
 from ._topics import PendingEnds, TopicSync
@@ -67,6 +67,10 @@ class Committer:
         # The target's high watermarks, asked at one sync time and used at the next (or at a
         # shutdown's, waited for): the commit path never waits on the target for them.
         self._pending_ends: PendingEnds | None = None
+        # Said in each sync, so that translate reads this mirror's headers, not an upstream's.
+        self._provenance = (
+            options.provenance_format if options.provenance_headers else PROVENANCE_NONE
+        )
 
     def commit(self, partitions: Sequence[tuple[str, int]] | None, *, reason: str) -> None:
         """Commit what is delivered, and wait for the answer."""
@@ -140,6 +144,7 @@ class Committer:
                 source_offset=at,
                 target_topic=target,
                 target_offsets=ends[target],
+                provenance=self._provenance,
             )
             try:
                 producer.produce(topic, record.value(), record.key(), None, _on_sync_delivery)

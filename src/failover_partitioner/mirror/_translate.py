@@ -18,9 +18,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.errors import classify
 
+from ._clients import build
 from ._config import TopicRouter
 from ._errors import MirrorError
-from ._offsets import FirstUnread, OffsetSync, lower_bounds
+from ._offsets import PROVENANCE_NONE, FirstUnread, OffsetSync, lower_bounds, provenance_to_read
 from ._provenance import provenance_of
 
 __all__ = ["PartitionTranslation", "TranslateError", "translate"]
@@ -58,18 +59,24 @@ def translate(
     offset_syncs_topic: str | None,
     commit: bool = False,
     timeout_s: float = 30.0,
+    provenance: str | None = None,
 ) -> list[PartitionTranslation]:
     """Translate ``group``'s committed offsets on the source (topics ``router`` selects) into
-    offsets on the target, and commit them for ``group`` there if ``commit``."""
+    offsets on the target, and commit them for ``group`` there if ``commit``.
+
+    ``provenance``: the provenance headers the mirror wrote (compact, separate or none), for
+    what the offset syncs do not say (see ``_offsets.provenance_to_read``)."""
     committed = _source_offsets(source_config, group, router, timeout_s)
-    reader = Consumer(
+    reader = build(
+        "target consumer",
+        Consumer,
         {
             **target_config,
             "group.id": group,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
-        }
+        },
     )
     try:
         syncs = _read_syncs(reader, offset_syncs_topic, timeout_s) if offset_syncs_topic else []
@@ -85,9 +92,17 @@ def translate(
                     "mirror's --rename)"
                 )
             n = len(tmd.partitions)
-            bounds = lower_bounds(syncs, source, offsets, n)
+            bounds = lower_bounds(syncs, source, offsets, n, target_topic=target)
+            fmt, why = provenance_to_read(syncs, target, provenance)
+            if why is not None:
+                logger.warning(
+                    "%s: %s; every message from the offset syncs' bound counts as unread "
+                    "(more re-reads; pass the mirror's --provenance-format to read them)",
+                    target,
+                    why,
+                )
             for q in range(n):
-                out.append(_scan(reader, source, target, q, bounds[q], offsets, timeout_s))
+                out.append(_scan(reader, source, target, q, bounds[q], offsets, fmt, timeout_s))
         if commit:
             _commit(reader, group, out, timeout_s)
         return out
@@ -100,7 +115,9 @@ def _source_offsets(
 ) -> dict[str, dict[int, int]]:
     """Per selected source topic the group committed in: next offset per partition (0 where
     it committed none: reading from the start loses nothing)."""
-    consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    consumer = build(
+        "source consumer", Consumer, {**config, "group.id": group, "enable.auto.commit": False}
+    )
     try:
         md = consumer.list_topics(timeout=timeout_s).topics
         tps = [
@@ -205,26 +222,39 @@ def _scan(
     q: int,
     bound: int,
     committed: Mapping[int, int],
+    fmt: str,
     timeout_s: float,
 ) -> PartitionTranslation:
+    """Where the group resumes on ``target`` [``q``]: read from ``bound``, only the provenance
+    headers of format ``fmt`` (none: every message counts as unread)."""
     first = FirstUnread(source, committed)
     tp = TopicPartition(target, q)
     marks = _watermarks(reader, tp, timeout_s)
     end = marks[1]
+    if bound > end:
+        # The syncs name positions this partition never had (the topic was recreated, or
+        # the syncs are another mirror's): they bound nothing here.
+        logger.warning(
+            "%s[%d]: the offset syncs' bound %d is past the partition's end %d; scanning from "
+            "its start",
+            target,
+            q,
+            bound,
+            end,
+        )
+        bound = 0
+    compact = fmt == "compact"
     for msg in _read(reader, tp, bound, marks, timeout_s):
-        first.see(msg.offset(), provenance_of(msg.headers(), compact=True) or _separate(msg))
+        found = None if fmt == PROVENANCE_NONE else provenance_of(msg.headers(), compact)
+        first.see(msg.offset(), found)
         end = msg.offset() + 1
     return PartitionTranslation(
         target_topic=target,
         partition=q,
-        offset=first.result(max(end, bound)),
+        offset=first.result(end),  # never past the end as read
         rereads=first.rereads,
         scanned_from=bound,
     )
-
-
-def _separate(msg: Any) -> tuple[str, int, int] | None:
-    return provenance_of(msg.headers(), compact=False)
 
 
 def _commit(

@@ -321,6 +321,21 @@ def _translate_parser() -> argparse.ArgumentParser:
     ap.add_argument("--exclude", metavar="REGEX")
     ap.add_argument("--rename", metavar="TEMPLATE", default="{topic}")
     ap.add_argument("--offset-syncs-topic", default="failover-mirror.offset-syncs", metavar="TOPIC")
+    told = ap.add_mutually_exclusive_group()
+    told.add_argument(
+        "--provenance-format",
+        dest="provenance",
+        choices=("compact", "separate"),
+        help="as the mirror ran with, where its offset syncs do not say (syncs written before "
+        "they said, or none); unsaid, every message counts as unread",
+    )
+    told.add_argument(
+        "--no-provenance-headers",
+        dest="provenance",
+        action="store_const",
+        const="none",
+        help="the mirror ran with --no-provenance-headers",
+    )
     ap.add_argument(
         "--commit", action="store_true", help="commit the offsets for the group on the target"
     )
@@ -347,6 +362,7 @@ def translate_main(argv: Sequence[str]) -> int:
             router=router,
             offset_syncs_topic=args.offset_syncs_topic,
             commit=args.commit,
+            provenance=args.provenance,
         )
     except MirrorConfigError as exc:
         print(f"{PROG} translate: error: {exc}", file=sys.stderr)
