@@ -14,6 +14,7 @@ object), because allocations on the delivery path are what costs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -77,6 +78,28 @@ class UndeliveredMessage:
     attempts: int
     last_error: object | None
     possibly_delivered: bool
+
+
+def not_accepted(
+    topic: str,
+    value: bytes | str | None,
+    key: bytes | str | None,
+    headers: Iterable[tuple[str, str | bytes | None]] | None,
+    timestamp: int | None,
+    last_error: object | None = None,
+) -> UndeliveredMessage:
+    """A message the producer never took (refused, or it waited too long for room): no
+    attempt, so never possibly delivered."""
+    return UndeliveredMessage(
+        topic=topic,
+        value=value,
+        key=key,
+        headers=None if headers is None else tuple(headers),
+        timestamp=timestamp,
+        attempts=0,
+        last_error=last_error,
+        possibly_delivered=False,
+    )
 
 
 class DeliveryReport:

@@ -126,8 +126,7 @@ def abandon_inner(inner: Any, name: str) -> None:
             if sock is not None:
                 with contextlib.suppress(OSError):  # closed already, or never connected
                     sock.shutdown(socket.SHUT_RDWR)
-        if inner._closed is False:
-            inner._closed = True
+        inner._closed = True
     except Exception:
         logger.exception("%s: the inner aiokafka producer could not be shut without its loop", name)
 

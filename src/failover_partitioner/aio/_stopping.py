@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from failover_partitioner._config import check_positive_number
@@ -135,28 +135,6 @@ async def shut_at_once(meta: AioMetadataRefresher | None, inner: Any, name: str)
             await inner.client.close()  # (closed already unless the stop was cut short)
     except Exception:
         logger.exception("%s: the inner aiokafka producer failed to close", name)
-
-
-@contextlib.contextmanager
-def callbacks_dropped(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-    """Meanwhile, a future of ``loop``, which is closed, can be resolved: the callbacks it
-    would schedule (of tasks that will never run again) are dropped, where the loop would
-    raise RuntimeError, halfway through whatever resolved it (the retry buffer's close() waking
-    the flush of a stop() cut short, say). A loop whose class takes no attribute (uvloop's) is
-    left as it is: a future awaited there then stays pending."""
-    try:
-        loop.call_soon = _drop  # type: ignore[method-assign,assignment]  # shadows the method
-    except AttributeError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        del loop.call_soon
-
-
-def _drop(*args: object, **kwargs: object) -> None:
-    return None
 
 
 def close_buffer(buffer: AsyncRetryBuffer[Message]) -> list[UndeliveredMessage]:
@@ -271,9 +249,7 @@ class Stopping:
             self._buffer.in_flight,
         )
         self._room.shut = True  # (its waiters, if any, were of that loop)
-        assert self._loop is not None
-        with callbacks_dropped(self._loop):
-            undelivered = close_buffer(self._buffer)
+        undelivered = close_buffer(self._buffer)  # (its futures: of the closed loop)
         self._closed(undelivered, hand_back)
         if self._inner is not None:
             abandon_inner(self._inner, self._name)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
-from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -88,10 +87,7 @@ class Batching(Producing):
                 step = self._batch_step
                 for start in range(0, len(messages), step):
                     if self._closing:  # close() began in another thread: the rest waits
-                        closed = ProducerClosed(
-                            "produce_batch(): close() began in another thread; this message "
-                            "was not accepted"
-                        )
+                        closed = self._closing_error("produce_batch()")
                         refused.extend((i, closed) for i in range(start, len(messages)))
                         break
                     chunk = messages[start : start + step]
@@ -314,7 +310,7 @@ def _group_not_taken(
     refused = len(marked) if handed is None or handed < 0 else len(group) - handed
     if len(marked) <= refused:
         return [x for _, x in marked]
-    held = Counter(key for key, _ in marked)
+    held = collections.Counter(key for key, _ in marked)
     alone = [x for key, x in marked if held[key] == 1]
     shared = [x for key, x in marked if held[key] > 1]
     more = min(max(refused - len(alone), 0), len(shared))

@@ -32,6 +32,7 @@ from typing import Any
 import confluent_kafka
 
 from failover_partitioner._config import companion_conf
+from failover_partitioner.confluent._shared import purge_until_empty
 from failover_partitioner.confluent._state import ProducerState
 from failover_partitioner.errors import (
     AuthenticationFailed,
@@ -158,6 +159,24 @@ class Clients(ProducerState):
             local.depth -= 1
             if held is not None:
                 held.release()
+
+    def _purge_clients(self, client: confluent_kafka.Producer) -> None:
+        """Take back what librdkafka still holds and serve the purge reports, so that every
+        message ends up in the failed buffer, from where close() returns it
+        (``purge_until_empty``)."""
+
+        def purge() -> None:
+            for each in (client, *self._others()):
+                each.purge(in_queue=True, in_flight=True, blocking=True)
+
+        def settle(wait_s: float) -> bool:
+            until = time.monotonic() + wait_s
+            while self._client_len() and time.monotonic() < until:
+                self._poll_client(0.05)
+            return not self._client_len()
+
+        purge_until_empty(purge, settle)
+        self._poll_client(0)
 
     def _keep_raised(self, exc: Exception) -> None:
         """Keep a callback's exception met while ``produce()`` made way, for the next

@@ -15,7 +15,7 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import KafkaError
 
-from failover_partitioner._message import DeliveryGroup, Headers, UndeliveredMessage
+from failover_partitioner._message import DeliveryGroup, Headers, not_accepted
 from failover_partitioner.choose import CLIENT_PARTITIONER, PartitionChooser
 from failover_partitioner.confluent._delivering import Delivering
 from failover_partitioner.confluent._shared import (
@@ -321,17 +321,7 @@ class Routing(Delivering):
     ) -> ProduceTimeout:
         """The refusal of a message that waited ``produce_timeout_s`` for room (not accepted:
         the exception carries it back)."""
-        out = _normalise_headers(headers, topic)
-        message = UndeliveredMessage(
-            topic=topic,
-            value=value,
-            key=key,
-            headers=None if out is None else tuple(out),
-            timestamp=timestamp,
-            attempts=0,
-            last_error=None,
-            possibly_delivered=False,
-        )
+        message = not_accepted(topic, value, key, _normalise_headers(headers, topic), timestamp)
         return ProduceTimeout(message, limit=self._limit, timeout_s=self._produce_timeout_s)
 
     def _dispatch(self, rec: _Record, *, first: bool = False, prefer: int | None = None) -> None:

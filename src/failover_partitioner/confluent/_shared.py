@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import time
 import types
 import weakref
 from collections.abc import Callable, Mapping
@@ -439,3 +440,29 @@ def _key_bytes(key: object) -> bytes:
     if isinstance(key, (bytes, bytearray, memoryview)):
         return bytes(key)
     raise TypeError(f"key must be bytes, str or None, got {type(key).__name__}")
+
+
+# A purge misses a message on its way between two of librdkafka's queues (to a new leader's
+# broker thread, say), which would be reported only at its timeout: purge again this often,
+# for at most this long (close() and the mirror's fast lane alike).
+PURGE_FOR_S = 2.0
+PURGE_AGAIN_S = 0.25
+
+
+def purge_until_empty(
+    purge: Callable[[], None],
+    settle: Callable[[float], bool],
+    timeout: float = PURGE_FOR_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """``purge()`` (the client gives up what it holds, each message reported failed), then
+    ``settle(seconds)`` (serve the reports for up to that long; True once the client holds
+    nothing), again every ``PURGE_AGAIN_S`` until it holds nothing (True) or ``timeout``
+    passed (False: the messages without a report have no known outcome)."""
+    deadline = clock() + timeout
+    while True:
+        purge()
+        if settle(min(PURGE_AGAIN_S, max(0.0, deadline - clock()))):
+            return True
+        if clock() >= deadline:
+            return False

@@ -147,7 +147,11 @@ class ProducerState:
 
     def _refuse_if_closing(self, call: str) -> None:
         if self._closing:
-            raise ProducerClosed(f"{call} after close() began: the message was not accepted")
+            raise self._closing_error(call)
+
+    @staticmethod
+    def _closing_error(call: str) -> ProducerClosed:
+        return ProducerClosed(f"{call} after close() began: the message was not accepted")
 
     def _reopen_whole(self) -> None:
         """Nothing waits: the topics take the healthy path again (a topic not whole, for its

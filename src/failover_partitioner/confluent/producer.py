@@ -526,23 +526,6 @@ class FailoverProducer(Batching):
             raise kept
         return list(undelivered)
 
-    def _purge_clients(self, client: confluent_kafka.Producer) -> None:
-        """Take back what librdkafka still holds and serve the purge reports, so that every
-        message ends up in the failed buffer, from where close() returns it. A message on its
-        way between two of librdkafka's queues (to a new leader's broker thread, say) escapes
-        one purge and would be reported only at its request timeout: purge again, every
-        quarter second, for up to two seconds."""
-        deadline = time.monotonic() + 2.0
-        while True:
-            for each in (client, *self._others()):
-                each.purge(in_queue=True, in_flight=True, blocking=True)
-            again = min(deadline, time.monotonic() + 0.25)
-            while self._client_len() and time.monotonic() < again:
-                self._poll_client(0.05)
-            if not self._client_len() or time.monotonic() >= deadline:
-                break
-        self._poll_client(0)
-
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         if getattr(self, "_opened", False) and not self._closed:
             _warn(

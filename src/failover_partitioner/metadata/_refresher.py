@@ -146,7 +146,7 @@ class RefreshSchedule:
                 s.due_at = now + (self.fast_refresh_s if s.fast else self.refresh_s)
         else:
             s.failures += 1
-            backoff = min(self.retry_max_s, 0.1 * 2 ** min(s.failures - 1, 16))
+            backoff = _steps.doubling_s(0.1, s.failures, self.retry_max_s)
             s.due_at = now + min(backoff, self.fast_refresh_s if s.fast else self.refresh_s)
         if s.ask_at is not None:
             if s.ask_at > now:

@@ -24,6 +24,7 @@ __all__ = [
     "Hedge",
     "check_request_timeout_s",
     "default_min_isr",
+    "doubling_s",
     "fetch_stop",
     "leaders_first",
     "log_fetch_failure",
@@ -106,6 +107,12 @@ def leaders_first(leaders: Iterable[int], brokers: Iterable[int]) -> tuple[int, 
     listed = tuple(brokers)
     first = tuple(dict.fromkeys(b for b in leaders if b in listed))
     return (*first, *(b for b in listed if b not in first))
+
+
+def doubling_s(first_s: float, failures: int, cap_s: float) -> float:
+    """The wait after ``failures`` failures in a row (>= 1): ``first_s``, doubling each
+    time, at most ``cap_s``."""
+    return min(cap_s, first_s * 2.0 ** min(failures - 1, 16))
 
 
 def fetch_stop(deadline: float, now: float) -> stop_base:

@@ -306,7 +306,7 @@ class _BrokerRacks:
 
     def _failed(self, exc: Exception) -> None:
         self._failures += 1
-        retry_s = min(self._refresh_s, _RACKS_RETRY_S * 2 ** min(self._failures - 1, 16))
+        retry_s = _steps.doubling_s(_RACKS_RETRY_S, self._failures, self._refresh_s)
         self._due_at = time.monotonic() + retry_s
         logger.info(
             "broker racks not available (DescribeCluster failed: %s); asking again in %g s",

@@ -16,7 +16,13 @@ from failover_partitioner._topics import legal_topic_name
 
 from ._errors import MirrorConfigError
 
-__all__ = ["MirrorOptions", "TopicRouter", "load_properties", "parse_properties"]
+__all__ = [
+    "PROVENANCE_FORMATS",
+    "MirrorOptions",
+    "TopicRouter",
+    "load_properties",
+    "parse_properties",
+]
 
 # Kafka's legal topic name (org.apache.kafka.common.internals.Topic).
 
@@ -382,9 +388,9 @@ class MirrorOptions:
             raise MirrorConfigError(
                 f"--offset-syncs-topic {self.offset_syncs_topic!r} is not a legal Kafka topic name"
             )
-        if self.provenance_format not in _PROVENANCE_FORMATS:
+        if self.provenance_format not in PROVENANCE_FORMATS:
             raise MirrorConfigError(
-                f"--provenance-format must be one of {', '.join(_PROVENANCE_FORMATS)}, not "
+                f"--provenance-format must be one of {', '.join(PROVENANCE_FORMATS)}, not "
                 f"{self.provenance_format!r}"
             )
         if self.partitioning not in PARTITIONING_MODES:
@@ -484,7 +490,7 @@ class MirrorOptions:
         )
 
 
-_PROVENANCE_FORMATS = ("compact", "separate")
+PROVENANCE_FORMATS = ("compact", "separate")
 PARTITIONING_MODES = ("auto", "preserve", "key")
 
 

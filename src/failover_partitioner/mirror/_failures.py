@@ -21,9 +21,8 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from failover_partitioner._message import DeliveryReport
 from failover_partitioner.errors import ProduceTimeout
-from failover_partitioner.mirror._clients import create_time
 
-from ._clients import Clients, describe
+from ._clients import Clients, create_time, describe
 from ._commits import CommitLedger, Span
 from ._config import MirrorOptions, TopicRouter
 from ._errors import MessageFailedError

@@ -34,6 +34,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from failover_partitioner._config import client_settings, companion_conf
+from failover_partitioner.confluent._shared import PURGE_FOR_S, purge_until_empty
 from failover_partitioner.errors import ProduceTimeout, classify
 
 from ._clients import (
@@ -65,11 +66,6 @@ WhenRoom = Callable[[str, Message, "Headers | None", Span, int, int, int], bool]
 # The longest the mirror may wait for the lane to settle: a message the lane holds longer is
 # failed by the client and sent again through the failover producer.
 LANE_TIMEOUT_MS = 30_000
-
-# At shutdown, how long the lane's purge may take to get every message's report (the failover
-# producer's close() purges its own clients as long), and how often it purges again meanwhile.
-PURGE_FOR_S = 2.0
-_PURGE_AGAIN_S = 0.25
 
 
 def lane_config(producer_config: Mapping[str, str]) -> dict[str, Any]:
@@ -151,16 +147,12 @@ class FastLane:
         served here. True once the client holds nothing; False if it still does after
         ``timeout``: the messages without a report then have no known outcome.
 
-        A message on its way between two of librdkafka's queues (to a new leader's broker
-        thread, say) escapes one purge and would be reported only at its timeout, so the purge
-        is repeated every quarter second meanwhile, as the failover producer's close() does."""
-        deadline = self._clock() + timeout
-        while True:
+        Repeated as the failover producer's close() repeats its own (``purge_until_empty``)."""
+
+        def purge() -> None:
             self._client.purge(in_queue=True, in_flight=True, blocking=True)
-            if self.settle(min(_PURGE_AGAIN_S, max(0.0, deadline - self._clock()))):
-                return True
-            if self._clock() >= deadline:
-                return False
+
+        return purge_until_empty(purge, self.settle, timeout, self._clock)
 
     def close(self) -> None:
         """Close the client: its threads and connections end. Call it only once the client

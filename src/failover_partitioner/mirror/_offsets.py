@@ -37,11 +37,13 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ._config import PROVENANCE_FORMATS
+
 __all__ = ["PROVENANCE_NONE", "FirstUnread", "OffsetSync", "lower_bounds", "provenance_to_read"]
 
 # What a sync says the mirror wrote: its --provenance-format, or none (--no-provenance-headers).
 PROVENANCE_NONE = "none"
-_PROVENANCE = ("compact", "separate", PROVENANCE_NONE)
+_PROVENANCE = (*PROVENANCE_FORMATS, PROVENANCE_NONE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

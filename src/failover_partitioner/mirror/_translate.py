@@ -243,10 +243,15 @@ def _scan(
             end,
         )
         bound = 0
+    if fmt == PROVENANCE_NONE:
+        # Every message counts as unread: the first one there is the answer, read or not.
+        first_there = min(max(bound, marks[0]), end)
+        return PartitionTranslation(
+            target_topic=target, partition=q, offset=first_there, rereads=0, scanned_from=bound
+        )
     compact = fmt == "compact"
     for msg in _read(reader, tp, bound, marks, timeout_s):
-        found = None if fmt == PROVENANCE_NONE else provenance_of(msg.headers(), compact)
-        first.see(msg.offset(), found)
+        first.see(msg.offset(), provenance_of(msg.headers(), compact))
         end = msg.offset() + 1
     return PartitionTranslation(
         target_topic=target,

@@ -17,10 +17,11 @@ from types import FrameType
 
 from confluent_kafka import KafkaException
 
-from ._config import MirrorOptions, TopicRouter, load_properties
+from ._config import PROVENANCE_FORMATS, MirrorOptions, TopicRouter, load_properties
 from ._errors import MessageFailedError, MirrorConfigError, MirrorError
 from ._gc import tune_gc
 from ._mirror import Mirror
+from ._offsets import PROVENANCE_NONE
 from ._status import MirrorStatus, format_status
 from ._topics import admin_config
 from ._translate import translate
@@ -120,7 +121,7 @@ def _add_messages_options(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument(
         "--provenance-format",
-        choices=("compact", "separate"),
+        choices=PROVENANCE_FORMATS,
         default="compact",
         help="compact: one header mirror.source = TOPIC/PARTITION/OFFSET; separate: "
         "mirror.source.topic, mirror.source.partition and mirror.source.offset (default: "
@@ -325,7 +326,7 @@ def _translate_parser() -> argparse.ArgumentParser:
     told.add_argument(
         "--provenance-format",
         dest="provenance",
-        choices=("compact", "separate"),
+        choices=PROVENANCE_FORMATS,
         help="as the mirror ran with, where its offset syncs do not say (syncs written before "
         "they said, or none); unsaid, every message counts as unread",
     )
@@ -333,7 +334,7 @@ def _translate_parser() -> argparse.ArgumentParser:
         "--no-provenance-headers",
         dest="provenance",
         action="store_const",
-        const="none",
+        const=PROVENANCE_NONE,
         help="the mirror ran with --no-provenance-headers",
     )
     ap.add_argument(

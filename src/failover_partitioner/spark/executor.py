@@ -22,7 +22,8 @@ from typing import Any
 import confluent_kafka
 from pyspark.accumulators import Accumulator
 
-from failover_partitioner._message import UndeliveredMessage
+from failover_partitioner._message import not_accepted
+from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.errors import FailoverError
 from failover_partitioner.spark.cache import ProducerCache
 from failover_partitioner.spark.factory import ExecutorProducer, Producer, open_producer
@@ -131,10 +132,8 @@ def _produce_rows(
         try:
             produce(topic, value, key, headers)
         except confluent_kafka.KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if not isinstance(err, confluent_kafka.KafkaError) or (
-                err.code() != confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE
-            ):
+            err = kafka_error_of(exc)
+            if err is None or err.code() != confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE:
                 raise
             # librdkafka refuses a record over its message.max.bytes before taking it, and
             # the producer leaves such a refusal (the caller's to fix) to its caller. For the
@@ -175,16 +174,7 @@ def _refuse_too_large(
         "max.message.bytes to fit it, or filter such rows out"
     )
     handle.failures.refused(
-        UndeliveredMessage(
-            topic=topic,
-            value=value,
-            key=key,
-            headers=None if headers is None else tuple(headers),
-            timestamp=None,
-            attempts=0,
-            last_error=err,
-            possibly_delivered=False,
-        ),
+        not_accepted(topic, value, key, headers, None, err),
         err,
         why,
     )

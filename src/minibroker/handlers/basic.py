@@ -307,19 +307,24 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> None:
 
 
 def handle_init_producer_id(ctx: RequestContext, request: Any) -> None:
+    def respond(
+        error: int, producer_id: int = _NO_PRODUCER_ID, epoch: int = _NO_PRODUCER_EPOCH
+    ) -> None:
+        ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": error,
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+            }
+        )
+
     if request.transactional_id is not None:
         logger.warning(
             "InitProducerId for transactional id %r refused: transactions are not supported",
             request.transactional_id,
         )
-        ctx.respond(
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.transactional_id_authorization_failed,
-                "producer_id": _NO_PRODUCER_ID,
-                "producer_epoch": _NO_PRODUCER_EPOCH,
-            }
-        )
+        respond(ErrorCode.transactional_id_authorization_failed)
         return
     # Kafka's KafkaApis.handleInitProducerIdRequest: a producer id without an epoch (or the
     # reverse) is INVALID_REQUEST; otherwise, with no transactional id,
@@ -329,20 +334,6 @@ def handle_init_producer_id(ctx: RequestContext, request: Any) -> None:
     given_id = int(getattr(request, "producer_id", _NO_PRODUCER_ID))
     given_epoch = int(getattr(request, "producer_epoch", _NO_PRODUCER_EPOCH))
     if (given_id == _NO_PRODUCER_ID) != (given_epoch == _NO_PRODUCER_EPOCH):
-        ctx.respond(
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.invalid_request,
-                "producer_id": _NO_PRODUCER_ID,
-                "producer_epoch": _NO_PRODUCER_EPOCH,
-            }
-        )
+        respond(ErrorCode.invalid_request)
         return
-    ctx.respond(
-        {
-            "throttle_time": 0,
-            "error_code": 0,
-            "producer_id": ctx.cluster.allocate_producer_id(),
-            "producer_epoch": 0,
-        }
-    )
+    respond(0, ctx.cluster.allocate_producer_id(), 0)
