@@ -511,12 +511,14 @@ def test_the_brokers_default_is_read_from_a_broker_that_answers() -> None:
             if i == 3:  # a metadata answer: its leaders are asked first (2, then 3)
                 await source.partitions("t", 1.0)
             began = loop.time()
-            answer = await source.min_insync_replicas("t", 1.5)
+            answer = await source.min_insync_replicas("t", 3.0)
             out.append((answer, loop.time() - began))
         return out
 
     for answer, took_s in asyncio.run(lookups()):
         assert answer == MinIsr(value=2, source="broker-default")
         # The topic's lookup may give the hung broker a third (0.5 s); then 0.25 s at most.
-        assert took_s < 1.0
+        # Well under the 3 s budget, which the hung broker alone would have taken: a margin
+        # for a loaded machine (1.002 s once on a 1.5 s budget with a 1 s bound).
+        assert took_s < 2.0
     assert set(client.asked) == {3}

@@ -244,10 +244,15 @@ def _scan(
         )
         bound = 0
     if fmt == PROVENANCE_NONE:
-        # Every message counts as unread: the first one there is the answer, read or not.
+        # Every message counts as unread: the first one there is the answer, and any from
+        # there on may be one the group read (the re-reads told are at most that many).
         first_there = min(max(bound, marks[0]), end)
         return PartitionTranslation(
-            target_topic=target, partition=q, offset=first_there, rereads=0, scanned_from=bound
+            target_topic=target,
+            partition=q,
+            offset=first_there,
+            rereads=end - first_there,
+            scanned_from=bound,
         )
     compact = fmt == "compact"
     for msg in _read(reader, tp, bound, marks, timeout_s):
