@@ -35,7 +35,8 @@ class AsyncRetryBuffer(Generic[T]):
     """
 
     try_admit: Callable[[T], Entry[T] | None]
-    """``try_admit(item)``: count ``item`` in if there is room now; ``None`` otherwise.
+    """``try_admit(item)``: count ``item`` in if there is room now; ``None`` otherwise, and
+    ``AdmissionShut`` once admission is shut.
 
     The accounting core's own method: with no lock to take, the shell adds nothing to it.
     """
@@ -43,7 +44,7 @@ class AsyncRetryBuffer(Generic[T]):
     try_enter: Callable[[Entry[T]], bool]
     """``try_enter(entry)``: ``try_admit`` for an entry the sender made, new, of an ``Entry``
     subclass that is its own item (one object per message instead of two); False while at the
-    limit. The accounting core's own method.
+    limit, ``AdmissionShut`` once admission is shut. The accounting core's own method.
     """
 
     def __init__(
@@ -85,6 +86,11 @@ class AsyncRetryBuffer(Generic[T]):
     def closed(self) -> bool:
         return self._core.closed
 
+    @property
+    def admission_shut(self) -> bool:
+        """``shut_admission()`` (or ``close()``) was called: nothing is admitted any more."""
+        return self._core.admission_shut
+
     def _wake(self) -> None:
         waiters = self._waiters
         self._waiters = {}
@@ -122,26 +128,45 @@ class AsyncRetryBuffer(Generic[T]):
         await self.enter(entry, timeout)
         return entry
 
-    async def enter(self, entry: Entry[T], timeout: float | None = None) -> None:
-        """``admit`` for an entry the sender made (see ``try_enter``)."""
+    async def enter(
+        self,
+        entry: Entry[T],
+        timeout: float | None = None,
+        *,
+        service: Callable[[], object] | None = None,
+    ) -> None:
+        """``admit`` for an entry the sender made (see ``try_enter``).
+
+        ``service``: for a sender that re-sends due failed entries itself (their outcomes are
+        much of what makes room), called before each look for room; each wait then ends by
+        the next failed entry's due time too. Raises ``InflowTimeout``, or ``AdmissionShut``
+        (``BufferClosed`` after ``close()``) at once, waiting or not, once admission is shut.
+        """
         if timeout is not None:
             try:  # a quick test for the usual case; check_timeout says what is wrong
                 if not timeout >= 0.0:  # a float compare specializes
                     check_timeout(timeout)
             except TypeError:
                 check_timeout(timeout)
-        try_enter = self._core.try_enter
+        core = self._core
+        try_enter = core.try_enter
+        if service is not None:
+            service()
         if try_enter(entry):
             return
         if timeout == 0:
-            raise InflowTimeout(limit=self._core.limit, timeout_s=0)
+            raise InflowTimeout(limit=core.limit, timeout_s=0)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 assert timeout is not None
-                raise InflowTimeout(limit=self._core.limit, timeout_s=timeout)
-            await self._wait_change(remaining)
+                raise InflowTimeout(limit=core.limit, timeout_s=timeout)
+            await self._wait_change(remaining if service is None else core.wait_bound_s(remaining))
+            if core.admission_shut:  # refused before the sender's service runs again
+                raise core.refusal()
+            if service is not None:
+                service()
             if try_enter(entry):
                 return
 
@@ -207,6 +232,18 @@ class AsyncRetryBuffer(Generic[T]):
             await self._wait_change(remaining)
         return True
 
+    def shut_admission(self) -> None:
+        """Admit nothing from now on, and let what is in flight finish.
+
+        Coroutines waiting in ``admit``, ``enter`` or ``admit_many`` wake and raise
+        ``AdmissionShut``, as any later look for room does (``try_admit`` and ``try_enter``
+        too: answering "no room" would leave the caller waiting for room that never comes).
+        Outcomes, ``take_failed``, ``wait_idle`` and ``close`` go on as before; an
+        ``AsyncMerger`` hands out only failed entries. A second call does nothing more.
+        """
+        self._core.shut_admission()
+        self._wake()
+
     def close(self) -> list[Entry[T]]:
         """Refuse further admission; return every entry not yet done, in admission order."""
         left = self._core.close()
@@ -253,11 +290,14 @@ class AsyncMerger(Generic[T]):
 
     @property
     def finished(self) -> bool:
-        """Nothing more will come: the source is exhausted and nothing is in flight."""
-        return self.exhausted and self._buffer._core.in_flight() == 0
+        """Nothing more will come: the source is exhausted (or admission shut) and nothing is
+        in flight."""
+        core = self._buffer._core
+        return (self.exhausted or core.admission_shut) and core.in_flight() == 0
 
     def held(self) -> list[T]:
-        """Items taken from the source but not admitted yet (at most one)."""
+        """Items taken from the source but not admitted yet (at most one; kept, once admission
+        is shut)."""
         return [] if self._held is _NOTHING else [self._held]  # type: ignore[list-item]  # a T
 
     async def _pull(self) -> None:
@@ -280,7 +320,7 @@ class AsyncMerger(Generic[T]):
             return entry
         if self._held is _NOTHING and not self._exhausted and core.has_room():
             await self._pull()
-        if self._held is not _NOTHING:
+        if self._held is not _NOTHING and not core.admission_shut:
             # Another coroutine may have taken the room while the source was awaited.
             entry = core.try_admit(self._held)  # type: ignore[arg-type]  # held is a T here
             if entry is not None:

@@ -40,6 +40,15 @@ retry is out), a client queue bounded at the limit: the sum is then that client'
 attempts.) ``admitted`` and ``delivered`` in ``statistics()`` then count only the entries the
 buffer gave out, and waiting for room is the sender's (its client frees room without telling
 the buffer).
+
+Admission shut. ``shut_admission()`` ends admission and nothing else, for a sender that stops:
+from then on every look for room (``try_admit``, ``try_enter``, ``admit_many``) raises
+``AdmissionShut``, and the shell wakes its waiters to look and be refused; outcomes, the
+failed buffer, ``adopt`` (a message the sender held already) and ``close()`` go on, so what is
+in flight can finish. It costs the hot path nothing: it sets the gate to 0, as ``close()``
+does (which shuts admission too, raising ``BufferClosed``), so every look takes the slow
+branch, where the refusal is decided. Refusing, not answering "no room": a sender that reads
+no room as "wait" would wait for room that never comes.
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from ._errors import BufferClosed, InvalidArgument, RetryBufferError
+from ._errors import AdmissionShut, BufferClosed, InvalidArgument, RetryBufferError
 from ._model import _CLOSED, _DONE, _QUEUED, _SENT, Entry, RetryPolicy, Statistics, _AdmittedEntry
 
 __all__ = ["Accounting"]
@@ -103,6 +112,7 @@ class Accounting(Generic[T]):
         "_retries",
         "_returned",
         "_wake",
+        "admission_shut",
         "closed",
         "limit",
         "policy",
@@ -130,13 +140,14 @@ class Accounting(Generic[T]):
         self.policy = policy
         self._clock = clock
         self.closed = False
+        self.admission_shut = False  # set by shut_admission() and by close()
         self.wait_s = 0.0
         # Callers blocked waiting for a change, counted by the shell; delivered() calls
         # wake() (the shell's, which must not call back into the core) while it is non-zero.
         self.waiting = 0
         self._wake = wake
-        # Admission compares the in-flight count with _gate: the limit, or 0 once closed, so
-        # the hot path needs one comparison.
+        # Admission compares the in-flight count with _gate: the limit, or 0 once admission is
+        # shut (or the buffer closed), so the hot path needs one comparison.
         self._gate = limit
         self._next_seq = 0
         # Every in-flight entry, including those waiting in the failed buffer, keyed by itself
@@ -200,8 +211,8 @@ class Accounting(Generic[T]):
             )
         n = len(live) if self._held is None else self._held() + self._failed_depth
         if n >= self._gate:
-            if self.closed:
-                raise BufferClosed("cannot admit: the buffer is closed")
+            if self.admission_shut:
+                raise self.refusal()
             return False
         seq = self._next_seq
         self._next_seq = seq + 1
@@ -231,8 +242,8 @@ class Accounting(Generic[T]):
 
     def admit_many(self, items: Sequence[T]) -> list[Entry[T]]:
         """Admit the longest prefix of ``items`` that fits; return its entries."""
-        if self.closed:
-            raise BufferClosed("cannot admit: the buffer is closed")
+        if self.admission_shut:
+            raise self.refusal()
         live = self._live
         # In flight as try_enter counts it: with held, what the sender holds and the failed
         # buffer's depth.
@@ -249,6 +260,21 @@ class Accounting(Generic[T]):
         if n + len(entries) > self._peak_in_flight:
             self._peak_in_flight = n + len(entries)
         return entries
+
+    def shut_admission(self) -> None:
+        """Admit nothing from now on (see "Admission shut" in the module doc); the shell wakes
+        its waiters after this, for them to be refused."""
+        self.admission_shut = True
+        self._gate = 0
+
+    def refusal(self) -> BufferClosed:
+        """What a look for room raises once admission is shut."""
+        if self.closed:
+            return BufferClosed("cannot admit: the buffer is closed")
+        return AdmissionShut(
+            "cannot admit: admission was shut (shut_admission()); the entries in flight still "
+            "get their outcomes"
+        )
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -278,7 +304,7 @@ class Accounting(Generic[T]):
         if retriable and (policy.max_attempts is None or entry.attempts < policy.max_attempts):
             level = min(entry.attempts, len(self._delays)) - 1
             due_at = now + self._delays[level]
-            if policy.deadline_s is None or due_at < entry.admitted_at + policy.deadline_s:
+            if policy.deadline_s is None or due_at < entry._first_failure_at + policy.deadline_s:
                 self._enqueue(entry, level, due_at)
                 return True
         self._finish_failed(entry, error)
@@ -361,7 +387,7 @@ class Accounting(Generic[T]):
                 return None
             best_queue.popleft()
             self._failed_depth -= 1
-            if deadline_s is not None and now >= best.admitted_at + deadline_s:
+            if deadline_s is not None and now >= best._first_failure_at + deadline_s:
                 self._finish_failed(best, best.last_error)
                 continue
             best.attempts += 1
@@ -391,8 +417,10 @@ class Accounting(Generic[T]):
 
     def wait_bound_s(self, remaining_s: float | None) -> float | None:
         """How long a waiter may sleep: ``remaining_s`` (None: no bound), cut short to when
-        the next failed entry is due."""
+        the next failed entry is due (a millisecond at least: a backoff of 0 would spin)."""
         due_in = self.next_due_in()
+        if due_in is not None:
+            due_in = max(due_in, 0.001)
         if due_in is not None and (remaining_s is None or due_in < remaining_s):
             return due_in
         return remaining_s
@@ -404,6 +432,7 @@ class Accounting(Generic[T]):
         if self.closed:
             return []
         self.closed = True
+        self.admission_shut = True
         self._gate = 0
         for queue in self._levels:
             queue.clear()

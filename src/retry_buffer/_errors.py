@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BufferClosed", "InflowTimeout", "InvalidArgument", "RetryBufferError"]
+__all__ = ["AdmissionShut", "BufferClosed", "InflowTimeout", "InvalidArgument", "RetryBufferError"]
 
 
 class RetryBufferError(Exception):
@@ -28,3 +28,9 @@ class InflowTimeout(RetryBufferError, TimeoutError):
 
 class BufferClosed(RetryBufferError):
     """The buffer was closed; its unfinished entries were handed back by ``close()``."""
+
+
+class AdmissionShut(BufferClosed):
+    """Admission was shut (``shut_admission()``): the message was not admitted, and none will
+    be. Unlike after ``close()``, the entries in flight are still there and still get their
+    outcomes; a ``BufferClosed`` because, to a sender, the buffer is closed to new messages."""

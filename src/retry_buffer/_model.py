@@ -34,9 +34,11 @@ class RetryPolicy:
 
     The default retries without end: a message leaves the buffer only delivered, explicitly
     failed as non-retriable, or handed back by ``close()``. ``max_attempts`` counts attempts
-    started (the first send included); ``deadline_s`` is measured from admission, and no attempt
-    starts after it. A failed entry becomes due again after ``backoff_initial_s``, doubling with
-    each attempt up to ``backoff_max_s``.
+    started (the first send included); ``deadline_s`` is measured from the entry's first
+    failure (how long a failed message is tried again: the first attempt's own time does not
+    count, so a sender that admits at its first failure and one that admits at the first send
+    agree), and no attempt starts after it. A failed entry becomes due again after
+    ``backoff_initial_s``, doubling with each attempt up to ``backoff_max_s``.
     """
 
     max_attempts: int | None = None

@@ -110,12 +110,18 @@ class RetryBuffer(Generic[T]):
     def closed(self) -> bool:
         return self._core.closed
 
+    @property
+    def admission_shut(self) -> bool:
+        """``shut_admission()`` (or ``close()``) was called: nothing is admitted any more."""
+        return self._core.admission_shut
+
     # -- admission ---------------------------------------------------------------------------
 
     def admit(self, item: T, timeout: float | None = None) -> Entry[T]:
         """Count ``item`` in, waiting up to ``timeout`` seconds (None: no bound) for room.
 
-        ``timeout=0`` refuses at once. Raises ``InflowTimeout`` or ``BufferClosed``.
+        ``timeout=0`` refuses at once. Raises ``InflowTimeout``, or ``BufferClosed`` (its
+        ``AdmissionShut`` once admission is shut, waiting or not).
         """
         if timeout is not None:
             try:  # a quick test for the usual case; check_timeout says what is wrong
@@ -140,13 +146,15 @@ class RetryBuffer(Generic[T]):
             return self._core.adopt(item)
 
     def try_admit(self, item: T) -> Entry[T] | None:
-        """Count ``item`` in if there is room now; ``None`` otherwise. Never blocks."""
+        """Count ``item`` in if there is room now; ``None`` otherwise (``AdmissionShut`` once
+        admission is shut). Never blocks."""
         with self._lock:
             return self._core.try_admit(item)
 
     def try_enter(self, entry: Entry[T]) -> bool:
         """``try_admit`` for an entry the sender made, new, of an ``Entry`` subclass that is
-        its own item (one object per message instead of two); False while at the limit."""
+        its own item (one object per message instead of two); False while at the limit,
+        ``AdmissionShut`` once admission is shut."""
         with self._lock:
             return self._core.try_enter(entry)
 
@@ -268,6 +276,19 @@ class RetryBuffer(Generic[T]):
             finally:
                 core.waiting -= 1
 
+    def shut_admission(self) -> None:
+        """Admit nothing from now on, and let what is in flight finish.
+
+        Threads waiting in ``admit`` or ``admit_many`` wake and raise ``AdmissionShut``, as
+        any later look for room does (``try_admit`` and ``try_enter`` too: answering "no room"
+        would leave the caller waiting for room that never comes; ``has_room()`` is False).
+        Outcomes, ``adopt``, ``take_failed``, ``wait_idle`` and ``close`` go on as before; a
+        ``Merger`` hands out only failed entries. A second call does nothing more.
+        """
+        with self._cond:
+            self._core.shut_admission()
+            self._cond.notify_all()
+
     def close(self) -> list[Entry[T]]:
         """Refuse further admission and return every entry not yet done, in admission order.
 
@@ -322,14 +343,16 @@ class Merger(Generic[T]):
 
     @property
     def finished(self) -> bool:
-        """Nothing more will come: the source is exhausted and nothing is in flight."""
-        return self.exhausted and self._buffer._core.in_flight() == 0
+        """Nothing more will come: the source is exhausted (or admission shut) and nothing is
+        in flight."""
+        core = self._core
+        return (self.exhausted or core.admission_shut) and core.in_flight() == 0
 
     def held(self) -> list[T]:
         """Items taken from the source but not admitted yet, in source order.
 
         At most one after ``next()``; after ``next_batch(n)``, at most ``n`` (only when other
-        threads took the room first, or the buffer was closed).
+        threads took the room first, or admission was shut or the buffer closed).
         """
         return list(self._pending)
 
@@ -364,7 +387,7 @@ class Merger(Generic[T]):
                 lock = self._lock
                 lock.acquire()
                 try:
-                    entry = None if core.closed else core.try_admit(item)
+                    entry = None if core.admission_shut else core.try_admit(item)
                 finally:
                     lock.release()
                 if entry is not None:
@@ -397,10 +420,10 @@ class Merger(Generic[T]):
                     self._exhausted = True
                 if items:
                     with self._lock:
-                        entries = [] if core.closed else core.admit_many(items)
+                        entries = [] if core.admission_shut else core.admit_many(items)
                     if len(entries) < len(items):
-                        # Other threads took the room meanwhile (or the buffer was closed):
-                        # these go first later; next() raises if closed.
+                        # Other threads took the room meanwhile (or admission was shut): these
+                        # go first later; next() raises if the buffer was closed.
                         self._pending.extend(items[len(entries) :])
                     if entries:
                         return entries
@@ -439,7 +462,8 @@ class Merger(Generic[T]):
             entry = core.take_failed() if core._failed_depth else None
             finals = core.pop_finals() if core._finals else None
             pending = self._pending
-            if entry is None and pending and not finals:  # (else after the finals' report)
+            if entry is None and pending and not finals and not core.admission_shut:
+                # (with finals: after their report)
                 entry = core.try_admit(pending[0])
                 if entry is not None:
                     pending.popleft()
@@ -464,7 +488,7 @@ class Merger(Generic[T]):
             self._pull()
         if entry is None and self._pending:
             with lock:
-                entry = core.try_admit(self._pending[0])
+                entry = None if core.admission_shut else core.try_admit(self._pending[0])
                 if entry is not None:
                     self._pending.popleft()
         return entry

@@ -81,7 +81,9 @@ def _list_latest(wire: Wire, topic: str, epoch: int) -> int:
     return int(wire.call(_LIST_OFFSETS, 7, request).topics[0].partitions[0].error_code)
 
 
-def test_a_follower_checks_the_leader_epoch_before_leadership(cluster: Cluster) -> None:
+def test_a_follower_checks_the_epoch_before_leadership_and_names_no_leader(
+    cluster: Cluster,
+) -> None:
     # Kafka's Partition.getLocalLog: a replica answers FENCED_LEADER_EPOCH (74) or
     # UNKNOWN_LEADER_EPOCH (75) to an epoch not its own, and only then NOT_LEADER_OR_FOLLOWER;
     # a broker without a replica (ReplicaManager.getPartitionOrError) answers 6 whatever the
@@ -105,6 +107,9 @@ def test_a_follower_checks_the_leader_epoch_before_leadership(cluster: Cluster) 
         # (v11+ at the follower with its own epoch or none: Kafka serves the read from the
         # follower, KIP-392; minibroker keeps consumers on the leader.)
         assert answers == {-1: 6, epoch - 1: 74, epoch: 6, epoch + 1: 75}
+        # Kafka names the current leader in a Fetch answer from v16 only (KIP-951).
+        hint = _fetch(follower, "epochs", [(0, 0, 1000)], 10_000)[0].current_leader
+        assert (hint.leader_id, hint.leader_epoch) == (-1, -1)
         assert {e: _list_latest(follower, "epochs", e) for e in asked} == answers
         answers = {
             e: int(_fetch(other, "epochs", [(0, 0, 1000)], 10_000, e)[0].error_code) for e in asked

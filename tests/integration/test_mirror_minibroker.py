@@ -583,3 +583,81 @@ def test_a_source_record_with_create_time_zero_is_mirrored_not_dead_lettered(
         stamps = {m.value(): m.timestamp()[1] for m in target}
         assert stamps[b"at-zero-0"] == 5
         assert stamps[b"at-zero-1"] > 1_700_000_000_000  # the time of sending
+
+
+def test_an_empty_source_partition_lags_by_0_so_the_status_has_a_lag(tmp_path: Path) -> None:
+    """Partitions 1 and 2 of the source stay empty, so the group never commits them: they have
+    nothing to mirror (lag 0, and a ``failover_mirror_lag`` series), and once partition 0 is
+    committed the status line's lag is 0, not ``null`` for the whole run."""
+    with Cluster(brokers=1) as src, Cluster(brokers=1) as dst:
+        src.create_topic("events", partitions=3, replication_factor=1)
+        producer = Producer({"bootstrap.servers": src.bootstrap_servers, "acks": "all"})
+        for i in range(20):
+            producer.produce("events", b"m-%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        port = _free_port()
+        args = mirror_args(src, dst, "sparse", tmp_path, "--metrics-port", str(port))
+        mirror = MirrorProcess(args, tmp_path / "mirror.log")
+        try:
+            status = mirror.wait_status(
+                lambda s: s["commits"] >= 1 and s["lag"] == 0, 60, "a commit and lag 0"
+            )
+            assert [
+                (p["partition"], p["committed_offset"], p["high_watermark"], p["lag"])
+                for p in status["partitions"]
+            ] == [(0, 20, 20, 0), (1, None, 0, 0), (2, None, 0, 0)]
+            url = f"http://127.0.0.1:{port}/metrics"
+            series = [
+                b'failover_mirror_lag{partition="%d",topic="events"} 0.0' % p for p in range(3)
+            ]
+            wait_for(
+                lambda: all(s in urllib.request.urlopen(url, timeout=10).read() for s in series),
+                10,
+                "a lag of 0 in the metrics for every partition",
+            )
+            assert mirror.terminate() == 0, mirror.log_tail()
+        finally:
+            if mirror.proc.poll() is None:
+                mirror.kill()
+
+
+def test_with_auto_offset_reset_latest_an_uncommitted_partition_lag_is_unknown(
+    tmp_path: Path,
+) -> None:
+    """With ``auto.offset.reset=latest`` and no committed offset the consumer starts at the end
+    as it was when it first asked, which librdkafka does not tell: partition 0 (20 messages
+    from before the mirror) has an unknown lag, and so has the sum, until a commit; the empty
+    partition's is 0 all the same."""
+    with Cluster(brokers=1) as src, Cluster(brokers=1) as dst:
+        src.create_topic("events", partitions=2, replication_factor=1)
+        producer = Producer({"bootstrap.servers": src.bootstrap_servers, "acks": "all"})
+        for i in range(20):
+            producer.produce("events", b"old-%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        args = mirror_args(src, dst, "latest", tmp_path)
+        (tmp_path / "consumer.properties").write_text(
+            CONSUMER_PROPERTIES + "auto.offset.reset=latest\n"
+        )
+        mirror = MirrorProcess(args, tmp_path / "mirror.log")
+        try:
+
+            def fetched(s: dict[str, Any]) -> bool:
+                parts = s["partitions"]
+                return bool(parts) and all(p["high_watermark"] is not None for p in parts)
+
+            status = mirror.wait_status(fetched, 60, "both partitions' watermarks")
+            assert [
+                (p["partition"], p["committed_offset"], p["high_watermark"], p["lag"])
+                for p in status["partitions"]
+            ] == [(0, None, 20, None), (1, None, 0, 0)]
+            assert status["lag"] is None
+            for i in range(5):
+                producer.produce("events", b"new-%d" % i, partition=0)
+            assert producer.flush(30) == 0
+            status = mirror.wait_status(lambda s: s["lag"] == 0, 60, "a commit and lag 0")
+            assert status["delivered"] == 5
+            assert status["partitions"][0]["committed_offset"] == 25
+            assert mirror.terminate() == 0, mirror.log_tail()
+        finally:
+            if mirror.proc.poll() is None:
+                mirror.kill()

@@ -682,3 +682,34 @@ def test_one_cluster_named_by_two_bootstrap_lists_is_told_by_its_cluster_id() ->
         assert "same cluster" in str(running.error)
         assert "cluster id" in str(running.error)
         assert sum(ends(cluster, "t").values()) == 5
+
+
+def test_a_message_the_producer_ends_inside_produce_stops_the_mirror_naming_it() -> None:
+    """A failure the failover producer reports inside produce() (here: a target topic that does
+    not exist, with no propagation wait), while the mirror's span is still open: the mirror
+    still finds the source message, stops at once and names it (it used to die on a bare
+    StopIteration raised in the delivery callback, 30 s later)."""
+    from failover_partitioner.mirror import MessageFailedError
+    from failover_partitioner.producer import FailoverProducer
+
+    with (
+        Cluster(brokers=3) as src,
+        Cluster(brokers=3, config={"auto.create.topics.enable": False}) as dst,
+    ):
+        src.create_topic("events", partitions=3, replication_factor=3)
+        produce(src, "events", range(3), 100, "e")
+        mirror = Mirror(
+            options(src, dst, "inside", sync_topics=False, offset_syncs_topic=None, poll_batch=10),
+            producer_factory=lambda conf: FailoverProducer(conf, topic_propagation_max_s=0),
+        )
+        started = time.monotonic()
+        with pytest.raises(MessageFailedError) as caught:
+            mirror.run()
+        elapsed = time.monotonic() - started
+        error = caught.value
+        assert error.target_topic == "events"
+        assert "UNKNOWN_TOPIC_OR_PART" in error.error
+        assert f"source message events[{error.partition}]@0" in str(error)
+        assert elapsed < 10, f"stopped after {elapsed:.1f} s"
+        # Nothing was delivered: no partition is committed past its first message.
+        assert all(o <= 0 for o in committed(src, "inside", "events", 3).values())

@@ -6,6 +6,9 @@ message the group has not read.
    none, translate reads only the provenance this mirror wrote, as its offset syncs say.
 2. Offset syncs into another target topic (the same source mirrored under a second name) or
    naming positions past the partition's end do not set where the group resumes.
+3. A run that committed once (a small topic mirrored then stopped, or a mirror stopped after
+   its first batch) leaves an offset sync: translate reads the mirror's provenance and re-reads
+   nothing (with no sync it re-read all 450 messages).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from failover_partitioner.mirror import Mirror, MirrorOptions
+from failover_partitioner.mirror import Mirror, MirrorOptions, MirrorStatus
 from failover_partitioner.mirror.cli import main
 from minibroker import Cluster
 
@@ -157,3 +160,47 @@ def test_offset_syncs_of_another_topic_or_past_the_end_do_not_skip_unread_messag
 
     assert row["offset"] == 50, f"translated to {row['offset']}; the first unread is at 50"
     assert row["rereads"] == 0
+
+
+@pytest.mark.parametrize("stop", ["once_committed", "after_its_first_batch"])
+def test_a_run_that_committed_once_leaves_an_offset_sync_and_translate_rereads_nothing(
+    stop: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Cluster(brokers=1) as src, Cluster(brokers=1) as dst:
+        src.create_topic("orders", partitions=1, replication_factor=1)
+        produce(src, "orders", [(b"m-%d" % i, []) for i in range(450)])
+        options = MirrorOptions(  # the default 5 s commit interval: the run is one sync time
+            source_bootstrap=src.bootstrap_servers,
+            target_bootstrap=dst.bootstrap_servers,
+            group_id="mirror",
+            consumer_config=CONSUMER,
+            status_interval_s=0.01,
+            topic_refresh_interval_s=0.5,
+        )
+        mirror = Mirror(options)
+
+        def on_status(status: MirrorStatus) -> None:
+            if stop == "after_its_first_batch" and status.consumed:
+                mirror.stop()  # its shutdown commit is then its only one
+
+        ended: list[MirrorStatus] = []
+        thread = threading.Thread(target=lambda: ended.append(mirror.run(on_status)), daemon=True)
+        thread.start()
+        try:
+            if stop == "once_committed":
+                wait_committed(src, "mirror", 450)  # its idle commit; the shutdown's is empty
+        finally:
+            if stop == "once_committed":
+                mirror.stop()
+            thread.join(30)
+        assert not thread.is_alive()
+        (status,) = ended
+        assert status.commits >= 1
+        mirrored = status.delivered
+        assert mirrored == committed(src, "mirror", "orders") > 0
+
+        read = mirrored * 2 // 3  # the group read two thirds of what was mirrored
+        commit(src, "billing", "orders", read)
+        row = translate(src, dst, capsys)  # without --provenance-format: the syncs say it
+
+    assert row == {**row, "offset": read, "rereads": 0}, f"no usable offset sync: {row}"

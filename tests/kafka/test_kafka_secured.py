@@ -9,7 +9,8 @@ client writes for SCRAM over TLS, and:
 2. a user without WRITE on the topic: every message ends with the authorization error within a
    second, none is rerouted, the producer does not spin;
 3. a wrong password: AuthenticationFailed, naming the refused login, within the producer's
-   timeout, and one error in the log;
+   timeout, and one error in the log; the mirror stops (source or target side), naming the
+   cluster and the settings whose credentials were refused;
 4. a user without DESCRIBE_CONFIGS: production works, a warning names the min ISR assumed;
 5. no password appears in logs (DEBUG included), exceptions, metrics or status lines.
 """
@@ -39,7 +40,15 @@ from failover_partitioner import AuthenticationFailed, FailoverProducer
 from failover_partitioner.aio import AsyncFailoverProducer
 from failover_partitioner.spark import write_to_kafka
 from tests.integration.test_reliability_mirror_crash import MirrorProcess
-from tests.kafka.support import FAULTY, new_topic, read_back, spread, wait_for, whole
+from tests.kafka.support import (
+    FAULTY,
+    committed,
+    new_topic,
+    read_back,
+    spread,
+    wait_for,
+    whole,
+)
 from tests.realkafka import security
 from tests.realkafka.cluster import KafkaCluster
 from tests.realkafka.jars import KafkaJars
@@ -610,3 +619,145 @@ def test_mirror_without_create_on_the_target_stops_naming_the_topic_and_the_refu
     finally:
         consumer.close()
     assert all(tp.offset < 0 for tp in offsets), "nothing may be committed"
+
+
+def refused_mirror(cluster: KafkaCluster, refuse: str) -> tuple[str, str, Any]:
+    """A source topic of 3 partitions with 50 messages, its target ``copy.<source>`` (existing),
+    and a user with every right the mirror needs except ``refuse``: "target" (no right at all
+    on the target topic), "read" (DESCRIBE but not READ on the source), "group" (no READ on the
+    group); or with every right and a wrong password in the consumer's settings
+    ("source-login") or the producer's ("target-login"). Returns the source, its group and the
+    Mirror (not started)."""
+    from confluent_kafka import Producer
+
+    from failover_partitioner.mirror import Mirror, MirrorOptions
+
+    source = f"refused-{refuse}-{uuid.uuid4().hex[:6]}"
+    group = f"mirror-{source}"
+    cluster.create_topic(source, partitions=3, replication_factor=3)
+    cluster.create_topic(f"copy.{source}", partitions=3, replication_factor=3)
+    user = user_with(
+        cluster, [source], ["describe", "describe_configs"] + ([] if refuse == "read" else ["read"])
+    )
+    if refuse != "target":
+        for operation in ("describe", "write"):
+            cluster.allow(user, operation, topic=f"copy.{source}")
+    if refuse != "group":
+        cluster.allow(user, "read", group=group)
+    writer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(50):
+        writer.produce(source, b"m-%d" % i, key=b"k-%d" % i)
+    assert writer.flush(30) == 0
+    settings = cluster.client_settings(user, password(user))
+    wrong = cluster.client_settings(user, "not-" + password(user))
+    mirror = Mirror(
+        MirrorOptions(
+            consumer_config={
+                **(wrong if refuse == "source-login" else settings),
+                "group.id": group,
+            },
+            producer_config=wrong if refuse == "target-login" else settings,
+            include=source,
+            rename="copy.{topic}",
+            sync_topics=False,
+            offset_syncs_topic=None,
+            commit_interval_s=0.5,
+        )
+    )
+    return source, group, mirror
+
+
+def run_until_it_stops(mirror: Any, within_s: float) -> tuple[BaseException | None, float]:
+    """Run ``mirror`` on a thread; the exception it stopped with and when. A mirror still
+    running after ``within_s`` is stopped (the test then fails on the None)."""
+    import threading
+
+    outcome: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            mirror.run()
+        except BaseException as exc:  # what the test looks at
+            outcome[0] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(within_s)
+    elapsed = time.monotonic() - started
+    if thread.is_alive():
+        mirror.stop()
+        mirror.stop()
+        thread.join(60)
+    return outcome[0], elapsed
+
+
+def test_mirror_without_rights_on_an_existing_target_topic_stops_naming_the_message(
+    cluster: KafkaCluster,
+) -> None:
+    """A target topic the user may not even DESCRIBE: the producer ends each message inside
+    produce(), while the mirror's span is still open; the mirror still finds the source message,
+    stops within seconds and names it (it used to die on a bare StopIteration after 30 s)."""
+    from failover_partitioner.mirror import MessageFailedError
+
+    source, group, mirror = refused_mirror(cluster, "target")
+    error, elapsed = run_until_it_stops(mirror, 20)
+    assert isinstance(error, MessageFailedError), repr(error)
+    text = str(error)
+    assert f"source message {source}[{error.partition}]@0" in text
+    assert f"target topic 'copy.{source}'" in text
+    assert "TOPIC_AUTHORIZATION_FAILED" in text
+    assert elapsed < 15, f"stopped after {elapsed:.1f} s"
+    offsets = committed(cluster.bootstrap_servers, group, source, 3)
+    # Nothing was delivered: no partition is committed past its first message.
+    assert all(o <= 0 for o in offsets.values()), offsets
+
+
+@pytest.mark.parametrize("refuse", ["read", "group"])
+def test_mirror_without_read_on_the_source_topic_or_group_stops_naming_what_is_refused(
+    cluster: KafkaCluster, refuse: str
+) -> None:
+    """Without READ on the source topic (or its group) the mirror used to idle as running
+    forever and exit 0; it stops with an error naming the topic (or group) and READ."""
+    from failover_partitioner.mirror import MessageFailedError, MirrorError
+
+    source, group, mirror = refused_mirror(cluster, refuse)
+    error, elapsed = run_until_it_stops(mirror, 20)
+    assert isinstance(error, MirrorError), repr(error)
+    assert not isinstance(error, MessageFailedError)
+    text = str(error)
+    if refuse == "read":
+        assert f"read topic {source!r}" in text
+        assert "TOPIC_AUTHORIZATION_FAILED" in text
+    else:
+        assert f"group {group!r}" in text
+        assert "GROUP_AUTHORIZATION_FAILED" in text
+    assert "needs READ" in text
+    assert SECRET not in text
+    assert elapsed < 15, f"stopped after {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_mirror_with_a_wrong_password_stops_naming_the_refused_credentials(
+    cluster: KafkaCluster, side: str
+) -> None:
+    """librdkafka tells of a refused login only through error_cb and tries again for ever: the
+    mirror used to idle as running, warning "cannot list source topics (_TRANSPORT ...)" (or
+    "cannot sync target topics"), and exit 0 on SIGTERM. It stops at the first request that
+    fails, naming the cluster and the settings whose credentials it refused, not the password.
+    """
+    from failover_partitioner.mirror import MirrorError
+
+    source, group, mirror = refused_mirror(cluster, f"{side}-login")
+    error, elapsed = run_until_it_stops(mirror, 45)
+    assert isinstance(error, MirrorError), repr(error)
+    text = str(error)
+    flag = "--consumer.config" if side == "source" else "--producer.config"
+    assert text.startswith(f"the {side} cluster refused the credentials of {flag}"), text
+    assert "_AUTHENTICATION" in text
+    assert "sasl.password" in text
+    assert SECRET not in text
+    # The first request to both clusters (their ids) waits out its 15 s timeout.
+    assert elapsed < 30, f"stopped after {elapsed:.1f} s"
+    offsets = committed(cluster.bootstrap_servers, group, source, 3)
+    assert all(o < 0 for o in offsets.values()), offsets

@@ -28,6 +28,7 @@ from failover_partitioner.mirror import (
     MessageFailedError,
     Mirror,
     MirrorConfigError,
+    MirrorError,
     MirrorOptions,
     MirrorStatus,
     format_status,
@@ -68,6 +69,12 @@ class FakeSource:
     committed: dict[TP, int] = field(default_factory=dict)
     commit_calls: list[list[tuple[str, int, int]]] = field(default_factory=list)
     refuse_commits: int = 0
+    # The group's committed offsets cannot be read (the coordinator does not answer).
+    refuse_committed: bool = False
+    # No broker answers until this time (the fake clock's): each connection fails with
+    # ``unreachable_by`` (told through the consumer's error_cb, as librdkafka does).
+    unreachable_until: float = 0.0
+    unreachable_by: int = KafkaError._TRANSPORT
 
     def add_topic(self, topic: str, partitions: int, messages_per_partition: int) -> None:
         for p in range(partitions):
@@ -109,6 +116,17 @@ class FakeConsumer:
         self.closed = False
         self.consumed: list[tuple[str, int, int]] = []
         self.unknown_watermarks: set[TP] = set()
+        self.error_cb: Callable[[KafkaError], None] | None = None
+
+    def _unreachable(self) -> bool:
+        """No broker answers now: librdkafka tells each failed connection, then that all
+        brokers are down, through error_cb (served by consume)."""
+        if self.clock.now >= self.source.unreachable_until:
+            return False
+        if self.error_cb is not None:
+            self.error_cb(KafkaError(self.source.unreachable_by, "broker 1: connection failed"))
+            self.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "3/3 brokers are down"))
+        return True
 
     def subscribe(
         self,
@@ -147,6 +165,9 @@ class FakeConsumer:
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         self.guard.check("consume")
         assert num_messages >= 1
+        if self._unreachable():
+            self.clock.sleep(timeout)
+            return []
         self._serve_rebalances()
         out: list[Message] = []
         live = [tp for tp in self.assigned if tp not in self.paused]
@@ -195,6 +216,8 @@ class FakeConsumer:
     def committed(
         self, partitions: list[TopicPartition], timeout: float = -1
     ) -> list[TopicPartition]:
+        if self.source.refuse_committed:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
         return [
             TopicPartition(
                 tp.topic, tp.partition, self.source.committed.get((tp.topic, tp.partition), -1001)
@@ -211,6 +234,12 @@ class FakeConsumer:
         return 0, self.source.end(tp)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> _Metadata:
+        if self.clock.now < self.source.unreachable_until:
+            self.clock.sleep(timeout)
+            failed = KafkaError(
+                KafkaError._TRANSPORT, "Failed to get metadata: Local: Broker transport failure"
+            )
+            raise KafkaException(failed)
         return _Metadata({t for t, _ in self.source.logs} | {"__consumer_offsets"})
 
     def close(self) -> None:
@@ -481,10 +510,11 @@ class Rig:
             **opts,
         )
 
-        def consumer(conf: dict[str, str]) -> FakeConsumer:
+        def consumer(conf: dict[str, Any]) -> FakeConsumer:
             assert conf["enable.auto.commit"] == "false"
             assert conf["enable.auto.offset.store"] == "false"
             c = FakeConsumer(self.source, self.clock, self.guard)
+            c.error_cb = conf.get("error_cb")
             self.consumers.append(c)
             return c
 
@@ -1060,6 +1090,47 @@ def test_lag_is_unknown_while_any_partition_is() -> None:
     assert seen[-1].lag == 0
 
 
+@pytest.mark.parametrize("committed_readable", [True, False], ids=["none", "unreadable"])
+def test_before_its_first_commit_a_partition_lags_by_what_the_mirror_reads_from_its_start(
+    committed_readable: bool,
+) -> None:
+    # t[0] holds 10 messages, none delivered (so none committed); t[1] is empty. The group
+    # stores no offset: the consumer starts at the log start (auto.offset.reset=earliest), so
+    # all 10 are left. Were the group's offsets unreadable, where it starts is unknown. An empty
+    # partition has nothing to mirror either way: 0, in the status and in the metric.
+    source = FakeSource(refuse_committed=not committed_readable)
+    source.add_topic("t", 2, 0)
+    source.add_topic("t", 1, 10)  # on t[0] only
+    registry = CollectorRegistry()
+    rig = Rig(source)
+    mirror = rig.mirror(
+        producer_kw={"hold": lambda m: True}, registry=registry, drain_timeout_s=1.0
+    )
+    seen: list[MirrorStatus] = []
+    scraped: dict[int, float | None] = {}
+
+    def on_status(status: MirrorStatus) -> None:
+        if len(rig.producers[0].pending) == 10 and not seen:
+            seen.append(status)
+        if seen and not scraped and status.elapsed_s > seen[0].elapsed_s + 1.5:
+            # (metrics are published about once a second)
+            for p in (0, 1):
+                scraped[p] = registry.get_sample_value(
+                    "failover_mirror_lag", {"topic": "t", "partition": str(p)}
+                )
+            mirror.stop()
+
+    mirror.run(on_status=on_status)
+    (status,) = seen
+    lag0 = 10 if committed_readable else None
+    assert [(p.committed_offset, p.high_watermark, p.lag) for p in status.partitions] == [
+        (None, 10, lag0),
+        (None, 0, 0),
+    ]
+    assert status.lag == lag0  # unknown while t[0]'s is: a partial sum would read 0
+    assert scraped == {0: lag0, 1: 0}
+
+
 def test_a_restart_in_the_same_process_reuses_the_metrics_registry() -> None:
     source = FakeSource()
     source.add_topic("t", 1, 20)
@@ -1441,3 +1512,58 @@ def test_a_lane_failure_that_may_have_been_written_counts_as_a_possible_duplicat
     assert final.possible_duplicates == 2
     assert final.rerouted == 2
     assert "possible duplicates 2" in format_status(final)
+
+
+def test_a_source_that_refuses_the_login_stops_the_mirror_naming_the_consumer_config() -> None:
+    """librdkafka tells of a refused login only through error_cb, then tries again for ever;
+    listing the source topics fails as with every broker down, and the mirror used to idle as
+    running (and exit 0 on SIGTERM). Here no admin client: the consumer's error_cb tells."""
+    source = FakeSource(unreachable_until=float("inf"), unreachable_by=KafkaError._AUTHENTICATION)
+    source.add_topic("orders", 3, 10)
+    rig = Rig(source)
+    with pytest.raises(MirrorError) as caught:
+        run_until(rig.mirror(), all_delivered(30), limit_s=300)
+    text = str(caught.value)
+    assert text.startswith("the source cluster refused the credentials of --consumer.config")
+    assert "_AUTHENTICATION" in text
+    assert "sasl.password" in text
+    assert rig.consumers[0].closed
+    assert source.committed == {}
+    assert rig.clock.now < 1000.0 + 60, "stopped at the second failed listing"
+
+
+def test_a_source_with_every_broker_down_for_a_while_is_waited_out() -> None:
+    """The same failed listings and all brokers down, without a refused login (a cluster
+    restarting): the mirror waits and then mirrors everything."""
+    source = FakeSource(unreachable_until=1000.0 + 120)
+    source.add_topic("orders", 3, 10)
+    rig = Rig(source)
+    final = run_until(rig.mirror(), all_delivered(30))
+    assert final.state == "stopped"
+    assert source.committed == {("orders", p): 10 for p in range(3)}
+
+
+def test_a_refused_login_stops_a_failed_request_only_when_every_broker_refused() -> None:
+    """The rule of ``_logins``: a request that failed stops the mirror when the cluster's
+    clients told of a refused login and then of every broker down, with no request answered
+    since; brokers down without a refusal, or one broker refusing, are waited out."""
+    from failover_partitioner.mirror._logins import Logins
+
+    logins = Logins("target", "--producer.config")
+    refused = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid")
+    down = KafkaError(KafkaError._ALL_BROKERS_DOWN, "3/3 brokers are down")
+    logins.error_cb(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
+    logins.error_cb(down)
+    logins.failed()  # brokers restarting: no refusal
+    logins.error_cb(refused)
+    logins.failed()  # one broker refused (a new user it has not learnt yet), not all down
+    logins.error_cb(down)
+    logins.succeeded()  # then a request was answered: the credentials are good
+    logins.failed()
+    logins.error_cb(refused)
+    logins.error_cb(down)
+    with pytest.raises(MirrorError) as caught:
+        logins.failed()
+    text = str(caught.value)
+    assert text.startswith("the target cluster refused the credentials of --producer.config")
+    assert "SASL authentication error: invalid" in text

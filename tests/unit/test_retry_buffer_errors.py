@@ -183,6 +183,7 @@ def test_documented_names_are_exported() -> None:
         "RetryBufferError",
         "InflowTimeout",
         "BufferClosed",
+        "AdmissionShut",
     }
     assert pinned <= set(retry_buffer.__all__)
     for name in retry_buffer.__all__:
@@ -196,6 +197,7 @@ def test_documented_names_are_exported() -> None:
         "take_failed",
         "next_due_in",
         "wait_idle",
+        "shut_admission",
         "close",
         "statistics",
     ):

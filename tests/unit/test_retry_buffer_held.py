@@ -8,7 +8,8 @@ takes them; on its other paths, after ``has_room()``; or straight into the faile
 the client refused them at once (``adopt`` + ``failed``). A failure report moves a message from
 the client to the failed buffer, a retry moves it back. Whatever the order: in flight (what the
 client holds plus the failed buffer) never exceeds the limit, and every message ends exactly
-once.
+once. Once admission is shut, the sender sends nothing new (the buffer refuses what it is
+asked, and the healthy path is the sender's to stop), and what it holds still ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from retry_buffer import (
+    AdmissionShut,
     BufferClosed,
     Entry,
     InflowTimeout,
@@ -52,6 +54,7 @@ class HeldMachine(RuleBasedStateMachine):
         self.accepted: list[int] = []
         self.ended: list[int] = []
         self.closed = False
+        self.accepted_at_shut: int | None = None
 
     def _new(self) -> int:
         item = self.next_item
@@ -66,7 +69,7 @@ class HeldMachine(RuleBasedStateMachine):
     # -- entering ------------------------------------------------------------------------------
 
     @rule()
-    @precondition(lambda self: not self.closed)
+    @precondition(lambda self: self.accepted_at_shut is None)
     def send_healthy(self) -> None:
         # The healthy path looks at nothing but the buffer having no entry (nothing waits in
         # the failed buffer, no retry is out); first attempts go to a client of their own
@@ -80,18 +83,21 @@ class HeldMachine(RuleBasedStateMachine):
     @rule()
     def send_checked(self) -> None:
         if not self.buf.has_room():
-            assert self.closed or len(self.client) + self.buf.failed_depth >= self.limit
+            shut = self.accepted_at_shut is not None
+            assert shut or len(self.client) + self.buf.failed_depth >= self.limit
             return
-        assert not self.closed
+        assert self.accepted_at_shut is None
         self.client[self._new()] = None
 
     @rule(k=st.integers(1, 4))
     def send_many(self, k: int) -> None:
         # A batch admitted in one call: its entries go to the client, as retries do.
         items = list(range(self.next_item, self.next_item + k))
-        if self.closed:
-            with pytest.raises(BufferClosed):
+        if self.accepted_at_shut is not None:
+            refusal = BufferClosed if self.closed else AdmissionShut
+            with pytest.raises(BufferClosed) as caught:
                 self.buf.admit_many(items, timeout=0)
+            assert type(caught.value) is refusal
             return
         room = self.limit - len(self.client) - self.buf.failed_depth
         if room <= 0:
@@ -147,12 +153,22 @@ class HeldMachine(RuleBasedStateMachine):
         self.clock.now += dt
 
     @rule()
+    def shut_admission(self) -> None:
+        self.buf.shut_admission()
+        assert self.buf.admission_shut
+        assert not self.buf.has_room()
+        if self.accepted_at_shut is None:
+            self.accepted_at_shut = len(self.accepted)
+
+    @rule()
     @precondition(lambda self: not self.client)
     def close(self) -> None:
         # The producer empties its client (flush, else purge: failure reports) first.
         left = self.buf.close()
         self.ended.extend(e.item for e in left)
         self.closed = True
+        if self.accepted_at_shut is None:
+            self.accepted_at_shut = len(self.accepted)
         with pytest.raises(BufferClosed):
             self.buf.adopt(self.next_item)
 
@@ -170,6 +186,11 @@ class HeldMachine(RuleBasedStateMachine):
         if not self.closed:
             out = sum(1 for e in self.client.values() if e is not None)
             assert self.buf.entries == out + self.buf.failed_depth
+
+    @invariant()
+    def nothing_new_is_accepted_once_admission_is_shut(self) -> None:
+        if self.accepted_at_shut is not None:
+            assert len(self.accepted) == self.accepted_at_shut
 
     @invariant()
     def every_message_ends_exactly_once(self) -> None:

@@ -175,7 +175,9 @@ def test_non_retriable_failure_is_final_at_once() -> None:
     assert finals == ["MSG_SIZE_TOO_LARGE"]
 
 
-def test_deadline_expires_while_waiting_in_the_failed_buffer() -> None:
+def test_deadline_counts_from_the_first_failure_and_expires_in_the_failed_buffer() -> None:
+    """deadline_s runs from the first failure, not from admission: the first attempt's own
+    time (a write a broker held until its timeout) does not use it up."""
     clock = FakeClock()
     finals: list[tuple[int, object]] = []
     buf: RetryBuffer[int] = RetryBuffer(
@@ -187,7 +189,10 @@ def test_deadline_expires_while_waiting_in_the_failed_buffer() -> None:
     entry = buf.admit(1)
     clock.now = 5.0
     assert buf.failed(entry, "timeout") is True
-    clock.now = 10.0  # the producer came back too late
+    clock.now = 14.0  # 14 s after admission, 9 after the first failure: tried again
+    assert buf.take_failed() is entry
+    assert buf.failed(entry, "timeout") is True
+    clock.now = 15.0  # the producer came back too late
     assert buf.take_failed() is None
     assert finals == [(1, "timeout")]
     assert buf.statistics().final_failures == 1
@@ -266,11 +271,11 @@ def test_a_callback_that_closes_the_buffer_and_raises_is_what_the_taker_sees(kin
         assert isinstance(buf, RetryBuffer)
         take = functools.partial(Merger(buf, []).next, 0.0)
     a = buf.try_admit("a")
+    assert a is not None
+    buf.failed(a, "x")
     clock.now = 5.0
     b = buf.try_admit("b")
-    assert a is not None
     assert b is not None
-    buf.failed(a, "x")
     buf.failed(b, "x")
     clock.now = 10.0  # "a" is past its deadline, "b" is not
     with pytest.raises(ValueError, match="from on_final_failure"):

@@ -1,10 +1,12 @@
 """Accounting invariants of the retry buffer under any interleaving of operations.
 
 A hypothesis state machine drives one buffer (the threaded flavour, from one thread, on a fake
-clock) through admit / deliver / fail / take_failed / clock advance / close, and keeps a model
-of where every message is. Whatever the order: every admitted message ends exactly once
-(delivered, finally failed, or handed back by close), nothing is handed out twice, in flight
-never exceeds the limit and the failed buffer never exceeds its capacity.
+clock) through admit / admit_many / deliver / fail / take_failed / clock advance /
+shut_admission / close, and keeps a model of where every message is. Whatever the order: every
+admitted message ends exactly once (delivered, finally failed, or handed back by close),
+nothing is handed out twice, in flight never exceeds the limit and the failed buffer never
+exceeds its capacity; once admission is shut nothing more is admitted, and what was in flight
+still ends.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from hypothesis.stateful import (
 )
 
 from retry_buffer import (
+    AdmissionShut,
     BufferClosed,
     Entry,
+    InflowTimeout,
     RetryBuffer,
     RetryBufferError,
     RetryPolicy,
@@ -83,6 +87,7 @@ class RetryBufferMachine(RuleBasedStateMachine):
         self.returned: list[int] = []
         self.done: list[Entry[int]] = []  # entries that had their final outcome
         self.closed = False
+        self.admitted_at_shut: int | None = None  # how many were admitted when it was shut
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -92,8 +97,10 @@ class RetryBufferMachine(RuleBasedStateMachine):
         return items
 
     def _expired(self, entry: Entry[int]) -> bool:
-        d = self.policy.deadline_s
-        return d is not None and self.clock.now >= entry.admitted_at + d
+        """Past its deadline, which runs from its first failure (it waits failed: it has one)."""
+        d, failed_at = self.policy.deadline_s, entry.first_failure_at
+        assert failed_at is not None
+        return d is not None and self.clock.now >= failed_at + d
 
     # -- rules ---------------------------------------------------------------------------------
 
@@ -102,9 +109,12 @@ class RetryBufferMachine(RuleBasedStateMachine):
         """``own``: the sender makes the entry (``try_enter``), else the buffer (``try_admit``)."""
         item = self.next_item
         made = OwnEntry(item) if own else None
-        if self.closed:
-            with pytest.raises(BufferClosed):
+        if self.admitted_at_shut is not None:
+            # Refused whatever the room: AdmissionShut, or after close() its parent.
+            refusal = BufferClosed if self.closed else AdmissionShut
+            with pytest.raises(BufferClosed) as caught:
                 self.buf.try_admit(item) if made is None else self.buf.try_enter(made)
+            assert type(caught.value) is refusal
             return
         if made is None:
             entry = self.buf.try_admit(item)
@@ -121,6 +131,28 @@ class RetryBufferMachine(RuleBasedStateMachine):
         self.next_item += 1
         self.admitted.append(item)
         self.sent[item] = entry
+
+    @rule(k=st.integers(1, 4))
+    def admit_many(self, k: int) -> None:
+        items = list(range(self.next_item, self.next_item + k))
+        room = self.limit - len(self.sent) - len(self.queued)
+        if self.admitted_at_shut is not None:
+            refusal = BufferClosed if self.closed else AdmissionShut
+            with pytest.raises(BufferClosed) as caught:
+                self.buf.admit_many(items, timeout=0)
+            assert type(caught.value) is refusal
+            return
+        if room <= 0:
+            with pytest.raises(InflowTimeout):
+                self.buf.admit_many(items, timeout=0)
+            return
+        entries = self.buf.admit_many(items, timeout=0)
+        assert [e.item for e in entries] == items[:room]
+        for entry in entries:
+            assert entry.admitted_at == self.clock.now
+            self.next_item += 1
+            self.admitted.append(entry.item)
+            self.sent[entry.item] = entry
 
     @rule(data=st.data())
     @precondition(lambda self: self.sent)
@@ -145,7 +177,8 @@ class RetryBufferMachine(RuleBasedStateMachine):
         p = self.policy
         exhausted = p.max_attempts is not None and entry.attempts >= p.max_attempts
         due = self.clock.now + p.backoff_s(entry.attempts)
-        past_deadline = p.deadline_s is not None and due >= entry.admitted_at + p.deadline_s
+        first = entry.first_failure_at
+        past_deadline = p.deadline_s is not None and due >= first + p.deadline_s
         assert queued == (retriable and not exhausted and not past_deadline)
         if queued:
             assert self.final == []
@@ -179,6 +212,14 @@ class RetryBufferMachine(RuleBasedStateMachine):
         self.clock.now += dt
 
     @rule()
+    def shut_admission(self) -> None:
+        self.buf.shut_admission()  # a second time changes nothing
+        assert self.buf.admission_shut
+        assert not self.buf.has_room()
+        if self.admitted_at_shut is None:
+            self.admitted_at_shut = len(self.admitted)
+
+    @rule()
     def close(self) -> None:
         left = self.buf.close()
         expected = sorted([*self.sent, *self.queued]) if not self.closed else []
@@ -187,6 +228,9 @@ class RetryBufferMachine(RuleBasedStateMachine):
         self.sent.clear()
         self.queued.clear()
         self.closed = True
+        if self.admitted_at_shut is None:  # close() shuts admission too
+            self.admitted_at_shut = len(self.admitted)
+        assert self.buf.admission_shut
 
     @rule(data=st.data())
     @precondition(lambda self: self.done)
@@ -229,6 +273,12 @@ class RetryBufferMachine(RuleBasedStateMachine):
         assert s.returned_on_close == len(self.returned)
         assert s.admitted == s.delivered + s.final_failures + s.returned_on_close + s.in_flight
         assert self.final == []
+
+    @invariant()
+    def nothing_is_admitted_once_admission_is_shut(self) -> None:
+        if self.admitted_at_shut is not None:
+            assert len(self.admitted) == self.admitted_at_shut
+            assert self.buf.statistics().admitted == self.admitted_at_shut
 
     @invariant()
     def every_message_ends_exactly_once(self) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import functools
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # no py.typed
     RecordMetadata,
@@ -17,9 +17,6 @@ from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # 
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.aio._wake import Wakeup
 from retry_buffer import AsyncRetryBuffer, Entry
-
-if TYPE_CHECKING:
-    from failover_partitioner.aio._inflow import Room
 
 __all__ = ["Batch", "Headers", "Lane", "Lanes", "Message"]
 
@@ -125,7 +122,7 @@ class Lanes:
     """Every partition's open batch and the task handing its closed batches to aiokafka, one
     at a time, the next once the one before is answered, so a stalled partition holds up no
     other and what waits for a partition stays in its lane (``withdraw``).
-    A batch's answer delivers its messages, and wakes the senders waiting for ``room``; a
+    A batch's answer delivers its messages (the buffer wakes the senders waiting for room); a
     failure goes to ``failed`` (the producer's, which asks the core). ``backlog``: the caller
     outruns a partition (closed batches pile up)."""
 
@@ -135,13 +132,11 @@ class Lanes:
         inner: Any,
         buffer: AsyncRetryBuffer[Message],
         failed: Callable[[Batch, BaseException], None],
-        room: Room,
     ) -> None:
         self.loop = loop
         self._inner = inner
         self._buffer = buffer
         self._failed = failed
-        self._room = room
         self._lanes: dict[str, list[Lane]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.handed_over: set[Batch] = set()
@@ -265,8 +260,6 @@ class Lanes:
                 delivered(m)
                 if not m.future.done():
                     m.future.set_result(None)
-            if self._room.waiters:
-                self._room.wake()
             return
         base, ts, ts_type, log_start = (
             md.offset,
@@ -291,5 +284,3 @@ class Lanes:
                         log_start,
                     )
                 )
-        if self._room.waiters:
-            self._room.wake()

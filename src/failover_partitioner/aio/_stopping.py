@@ -27,12 +27,13 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
+from failover_partitioner._calls import call_each
 from failover_partitioner._config import check_positive_number
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner.aio._client import abandon_inner
-from failover_partitioner.aio._inflow import Room, wrong_loop
+from failover_partitioner.aio._inflow import wrong_loop
 from failover_partitioner.aio._lanes import Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher
 from failover_partitioner.errors import ProducerClosed
@@ -43,7 +44,6 @@ __all__ = [
     "AsyncDeadLetterHook",
     "Stopping",
     "close_buffer",
-    "each",
     "shut_at_once",
     "unclosed",
     "wind_down",
@@ -56,24 +56,6 @@ AsyncDeadLetterHook = Callable[[UndeliveredMessage, BaseException], None]
 
 # The producer's states.
 _NEW, _STARTING, _RUNNING, _CLOSING, _CLOSED = range(5)
-
-T = TypeVar("T")
-
-
-def each(items: Iterable[T], call: Callable[[T], object]) -> BaseException | None:
-    """``call(item)`` for every item, even when one raises: a dead-letter hook interrupted by
-    a Ctrl-C (``KeyboardInterrupt``) must not leave the other messages of a batch without an
-    outcome. Returns the first exception, for the caller to raise once it is done."""
-    first: BaseException | None = None
-    for item in items:
-        try:
-            call(item)
-        except BaseException as exc:
-            if first is None:
-                first = exc
-            else:
-                logger.error("%r raised too, for another message, while %r waits", exc, first)
-    return first
 
 
 def unclosed(name: str, in_flight: int, how: str) -> None:
@@ -169,7 +151,6 @@ class Stopping:
     _meta: AioMetadataRefresher | None
     _metrics: ProducerMetrics | None
     _first_fetch: dict[str, asyncio.Task[None]]
-    _room: Room
     _retry_task: asyncio.Task[None] | None
     _started: asyncio.Event
     _undelivered: list[UndeliveredMessage] | None
@@ -219,9 +200,10 @@ class Stopping:
             if self._stopping is None:
                 assert loop is not None
                 self._stopping = loop.create_task(self._stop(timeout, hand_back))
-                # Admission ends now (after the task is made: if that fails, nothing changed).
+                # Admission ends now (after the task is made: if that fails, nothing changed):
+                # senders waiting for room wake and are refused.
                 self._state = _CLOSING
-                self._room.close()
+                self._buffer.shut_admission()
             # Shielded: if the caller is cancelled, stopping still finishes and nothing is lost
             # silently (the list is kept for the next stop() and logged).
             await asyncio.shield(self._stopping)
@@ -248,7 +230,6 @@ class Stopping:
             self._name,
             self._buffer.in_flight,
         )
-        self._room.shut = True  # (its waiters, if any, were of that loop)
         undelivered = close_buffer(self._buffer)  # (its futures: of the closed loop)
         self._closed(undelivered, hand_back)
         if self._inner is not None:
@@ -311,7 +292,7 @@ class Stopping:
             "set" if self._dead_letter is not None else "none set; their futures raise",
         )
         closed = ProducerClosed(f"{self._name} stopped before this message was delivered")
-        first = each(undelivered, lambda message: self._to_dead_letter(message, closed))
+        first = call_each(undelivered, lambda message: self._to_dead_letter(message, closed))
         if first is not None:
             raise first
 

@@ -45,6 +45,7 @@ from aiokafka.structs import (  # type: ignore[import-untyped,unused-ignore]  # 
     RecordMetadata,
 )
 
+from failover_partitioner._calls import call_each
 from failover_partitioner._config import FailoverConfigWarning, check_positive_number
 from failover_partitioner._message import UndeliveredMessage
 from failover_partitioner._options import (
@@ -55,7 +56,7 @@ from failover_partitioner._options import (
 )
 from failover_partitioner.aio._client import start_inner_producer
 from failover_partitioner.aio._errors import error_class
-from failover_partitioner.aio._inflow import Room, wrong_loop
+from failover_partitioner.aio._inflow import enter_when_room, wrong_loop
 from failover_partitioner.aio._lanes import Batch, Headers, Lanes, Message
 from failover_partitioner.aio._metadata import AioMetadataRefresher, AioMetadataSource
 from failover_partitioner.aio._settings import AioClientSettings, aio_client_settings
@@ -68,7 +69,6 @@ from failover_partitioner.aio._stopping import (
     AsyncDeadLetterHook,
     Stopping,
     close_buffer,
-    each,
     shut_at_once,
     unclosed,
 )
@@ -241,7 +241,6 @@ class AsyncFailoverProducer(Stopping):
         self._first_fetch: dict[str, asyncio.Task[None]] = {}
         self._retry_task: asyncio.Task[None] | None = None
         self._retry_wake = Wakeup()
-        self._room = Room()  # senders waiting at the in-flight limit
         self._started = asyncio.Event()  # set when start() has ended, started or undone
         self._undelivered: list[UndeliveredMessage] | None = None
         self._handed_back = False  # a stop() caller took the list
@@ -274,7 +273,7 @@ class AsyncFailoverProducer(Stopping):
         inner, first_answer = await start_inner_producer(self._settings.client_kwargs, self._name)
         self._inner = inner
         self._first_answer = first_answer
-        self._lanes = Lanes(loop, inner, self._buffer, self._batch_failed, self._room)
+        self._lanes = Lanes(loop, inner, self._buffer, self._batch_failed)
         self._meta = AioMetadataRefresher(
             AioMetadataSource(inner.client),
             self._on_metadata,
@@ -375,7 +374,7 @@ class AsyncFailoverProducer(Stopping):
             if self._state != _RUNNING:
                 raise self._not_running(topic)
         if not self._buffer.try_enter(msg):  # at the in-flight limit
-            await self._room.admit(self._buffer, msg, self._produce_timeout_s, self._service)
+            await enter_when_room(self._buffer, msg, self._produce_timeout_s, self._service)
         if self._message_id_header is not None:
             assert msg.headers is not None  # made a list in _checked_message
             msg.headers.append((self._message_id_header, b"%s-%d" % (self._id_prefix, msg.seq)))
@@ -468,7 +467,8 @@ class AsyncFailoverProducer(Stopping):
                 meta.set_fast(lane.topic, True)
             self._retry_wake.set()
             assert self._lanes is not None
-            first = each(self._lanes.withdraw(lane.topic, lane.partition), self._dispatch_or_end)
+            waiting = self._lanes.withdraw(lane.topic, lane.partition)
+            first = call_each(waiting, self._dispatch_or_end)
         if heed.refresh:
             if meta is not None:
                 meta.request_refresh(lane.topic)
@@ -488,7 +488,7 @@ class AsyncFailoverProducer(Stopping):
                 m.dup = True
             queued |= verdict.queued
 
-        last = each(batch.messages, fail)  # every one, even after a hook raised
+        last = call_each(batch.messages, fail)  # every one, even after a hook raised
         if queued:
             self._retry_wake.set()
         first = last if first is None else first
@@ -503,8 +503,6 @@ class AsyncFailoverProducer(Stopping):
         if not msg.future.done():
             # A copy per message, so tracebacks of a shared batch error do not pile up.
             msg.future.set_exception(copy.copy(exc))
-        if self._room.waiters:
-            self._room.wake()  # it was counted out: room for a waiting sender
         if self._dead_letter is not None:
             # After the future: a hook that raises (Ctrl-C) leaves no future pending.
             self._to_dead_letter(msg.undelivered(exc), exc)

@@ -14,6 +14,7 @@ from typing import Any
 
 import confluent_kafka
 
+from failover_partitioner._calls import call_each
 from failover_partitioner._message import Headers
 from failover_partitioner.confluent._clients import Clients
 from failover_partitioner.confluent._shared import (
@@ -251,13 +252,12 @@ class Delivering(Clients):
             f"{self._name} closed before this message was delivered",
         )
         unheard = 0
-        first: BaseException | None = None
-        for entry in left:
-            try:
-                unheard += self._report_final(entry, error)
-            except BaseException as exc:
-                if first is None:
-                    first = exc
+
+        def report(entry: Entry[_Record]) -> None:
+            nonlocal unheard
+            unheard += self._report_final(entry, error)
+
+        first = call_each(left, report)
         if unheard:
             logger.error(
                 "%s closed with %d undelivered message(s) that have neither a callback nor a "

@@ -134,7 +134,7 @@ class PlacingProducer(ProducerLike, Protocol):
     ) -> None: ...
 
 
-ConsumerFactory = Callable[[dict[str, str]], ConsumerLike]
+ConsumerFactory = Callable[[dict[str, Any]], ConsumerLike]
 ProducerFactory = Callable[[dict[str, str]], ProducerLike]
 LaneFactory = Callable[[dict[str, Any]], Any]
 AdminFactory = Callable[[dict[str, Any]], Any]
@@ -180,7 +180,7 @@ def names(partitions: Sequence[TopicPartition]) -> str:
     return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions)
 
 
-def default_consumer(conf: dict[str, str]) -> ConsumerLike:
+def default_consumer(conf: dict[str, Any]) -> ConsumerLike:
     from confluent_kafka import Consumer
 
     consumer: ConsumerLike = Consumer(conf)

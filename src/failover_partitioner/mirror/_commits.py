@@ -141,6 +141,7 @@ class PartitionTracker:
     __slots__ = (
         "_by_offset",
         "_committed",
+        "_committed_known",
         "_delivered",
         "_ledger",
         "_next",
@@ -163,6 +164,7 @@ class PartitionTracker:
         self._by_offset: dict[int, Span] = {}
         self._next: int | None = None
         self._committed: int | None = None
+        self._committed_known = False
         self.failed_offset: int | None = None
         # Set when the partition is revoked or lost: late outcomes no longer count.
         self.dropped = False
@@ -302,13 +304,24 @@ class PartitionTracker:
         """Record that the group stores ``offset``: read when the partition was assigned, or
         committed since (commits are synchronous, so the last answer is the stored one)."""
         self._committed = offset
+        self._committed_known = True
         delivered = self._delivered
         while delivered and delivered[0].end <= offset:
             delivered.popleft()
 
+    def no_committed_offset(self) -> None:
+        """Record that the group stores no offset for this partition (read when assigned)."""
+        self._committed_known = True
+
     @property
     def committed_offset(self) -> int | None:
         return self._committed
+
+    @property
+    def committed_known(self) -> bool:
+        """Whether ``committed_offset`` is the group's, None meaning it stores none: false
+        while the group's offset could not be read at assignment and nothing was committed."""
+        return self._committed_known
 
     @property
     def next_offset(self) -> int | None:

@@ -7,7 +7,9 @@ and the fast lane would then be settled on every step (asynchronous commits meas
 times slower on librdkafka's mock).
 
 Each commit may record an offset sync (``_offsets``): the next offset to hand per source
-partition, then the target's ends, read with nothing handed in between.
+partition, with the target's ends as answered before it (see ``_write_offset_syncs``). A
+partition's first sync and the last one (shutdown, revocation) do not wait for the next sync
+time, so that any run that committed leaves translate a sync.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from failover_partitioner.errors import ProduceTimeout
+from failover_partitioner.errors import ProducerClosed, ProduceTimeout
 
-from ._clients import Clients, describe
-from ._commits import CommitLedger
+from ._clients import Clients, ProducerLike, describe
+from ._commits import CommitLedger, PartitionTracker
 from ._config import MirrorOptions, TopicRouter
 from ._offsets import PROVENANCE_NONE, OffsetSync
 from ._report import Counters
@@ -31,8 +33,10 @@ __all__ = ["Committer"]
 
 logger = logging.getLogger(__name__)
 
-# offset sync (skipped when they do not come: translation then reads a little more).
-_FINAL_SYNC_WAIT_S = 2.0
+# How long an offset sync that cannot be left to the next sync time (a partition's first, the
+# last at shutdown and revocation) waits for the target's ends, and the last for its delivery
+# (skipped when they do not come: translation then reads more, never less).
+_SYNC_WAIT_S = 2.0
 
 # Commits after which the partitions are gone (or the mirror is): the last offset sync matters.
 _FINAL = frozenset({"shutdown", "revocation"})
@@ -63,9 +67,13 @@ class Committer:
         self.every = max(1, options.max_in_flight // 4)
         # Offset syncs (see _offsets): the next offset last recorded per source partition.
         self._synced: dict[tuple[str, int], int] = {}
+        self._syncs_out = 0  # written, their delivery not reported yet
+        # The producer refused one as closed (a shutdown's drain cut short): no more syncs.
+        self._producer_closed = False
         self._next_offset_sync = 0.0
-        # The target's high watermarks, asked at one sync time and used at the next (or at a
-        # shutdown's, waited for): the commit path never waits on the target for them.
+        # The target's high watermarks, asked at one sync time and used at the next: the
+        # commit path waits on the target for them only at a partition's first sync and the
+        # final one (see _write_offset_syncs).
         self._pending_ends: PendingEnds | None = None
         # Said in each sync, so that translate reads this mirror's headers, not an upstream's.
         self._provenance = (
@@ -78,6 +86,10 @@ class Committer:
         assert consumer is not None
         offsets = self._ledger.to_commit(partitions)
         if not offsets:
+            if reason in _FINAL:
+                # Nothing new to commit (an idle commit took it, between sync times), but the
+                # syncs may lag what was handed since: the last one is written all the same.
+                self._write_offset_syncs(final=True)
             return
         tps = [TopicPartition(t, p, o) for t, p, o in offsets]
         try:
@@ -106,37 +118,86 @@ class Committer:
             logger.debug("%s commit: %s", reason, done)
             now = self._clock()
             if reason in _FINAL:
-                self._write_offset_syncs(wait_s=_FINAL_SYNC_WAIT_S)
+                self._write_offset_syncs(final=True)
             elif now >= self._next_offset_sync:
                 self._next_offset_sync = now + self._options.commit_interval_s
-                self._write_offset_syncs(wait_s=0.0)
+                self._write_offset_syncs(final=False)
 
-    def _write_offset_syncs(self, *, wait_s: float) -> None:
-        """Record, per source partition, that what is handed from now on lands past target
-        positions (see _offsets). Those are high watermarks asked for earlier (at the last
-        sync time), so the commit path does not wait on the target: whatever is handed after
-        the answer came lands past them. Waits up to ``wait_s`` for an answer (at shutdown
-        and revocation, where nothing is handed any more and the last sync matters most)."""
+    def _write_offset_syncs(self, *, final: bool) -> None:
+        """Record, per source partition whose next offset moved since its last sync, that
+        what is handed from now on lands past the target's ends (see _offsets and
+        :meth:`_ends`). The ``final`` syncs (shutdown, revocation: nothing is handed after
+        them, or the partitions are another member's) are waited for until delivered, with
+        the ones still out: the producer is closed next without a flush, which would drop
+        them."""
         sync, topic = self._targets.sync, self._options.offset_syncs_topic
         producer = self._clients.producer
         if sync is None or topic is None or producer is None or not self._targets.offset_syncs_on:
             return
+        if self._producer_closed:
+            return
+        deadline = self._clock() + _SYNC_WAIT_S
+        synced = self._synced
+        due = [
+            t
+            for t in self._ledger
+            if t.next_offset is not None and synced.get((t.topic, t.partition)) != t.next_offset
+        ]
+        ends = self._ends(sync, due, final=final, deadline=deadline) if due else None
+        if ends is not None:
+            self._produce_syncs(producer, topic, due, ends)
+        while final and self._syncs_out and not self._producer_closed:
+            if self._clock() >= deadline:
+                logger.debug("%d offset syncs not delivered in time", self._syncs_out)
+                break
+            try:
+                producer.poll(0.05)
+            except ProducerClosed:
+                self._producer_closed = True  # see _produce_syncs
+
+    def _ends(
+        self, sync: TopicSync, due: list[PartitionTracker], *, final: bool, deadline: float
+    ) -> dict[str, tuple[int, ...]] | None:
+        """The target's high watermarks to pair with the ``due`` partitions' next offsets, or
+        None when there are none yet.
+
+        Whatever is handed after the answer came lands past them, so usually they are the
+        answer to the last sync time's question: the commit path does not wait on the
+        target. They are asked now and waited for until ``deadline`` instead (nothing is
+        handed meanwhile, so the next offsets as they are pair with that answer) for a
+        partition's first sync, which no earlier answer covers (else a run that commits once,
+        a small topic or a mirror stopped after its first batch, would leave translate none),
+        and for the final one (the closest bound: translate scans from there)."""
+        first = {
+            self._router.target(t.topic) for t in due if (t.topic, t.partition) not in self._synced
+        }
         pending = self._pending_ends
-        if pending is None:
+        wait_s = 0.0  # an earlier question serves: its answer if in, else at a later sync time
+        if final or pending is None or not first <= pending.topics:
             pending = self._pending_ends = self._ask_ends(sync)
+            if final or first:
+                wait_s = deadline - self._clock()
         if not pending.wait(wait_s):
-            return  # asked; written at a later sync time, once answered
-        self._pending_ends = self._ask_ends(sync) if wait_s == 0 else None
+            return None  # asked; written at a later sync time, once answered
+        self._pending_ends = None if final else self._ask_ends(sync)
         try:
-            ends = pending.result()
+            return pending.result()
         except KafkaException as exc:
             logger.debug("no offset sync this time: cannot read the target's ends: %s", exc)
-            return
-        for tracker in self._ledger:
+            return None
+
+    def _produce_syncs(
+        self,
+        producer: ProducerLike,
+        topic: str,
+        due: list[PartitionTracker],
+        ends: dict[str, tuple[int, ...]],
+    ) -> None:
+        for tracker in due:
             at = tracker.next_offset
             source, partition = tracker.topic, tracker.partition
             target = self._router.target(source)
-            if at is None or self._synced.get((source, partition)) == at or target not in ends:
+            if at is None or target not in ends:
                 continue
             record = OffsetSync(
                 source_topic=source,
@@ -147,17 +208,22 @@ class Committer:
                 provenance=self._provenance,
             )
             try:
-                producer.produce(topic, record.value(), record.key(), None, _on_sync_delivery)
+                producer.produce(topic, record.value(), record.key(), None, self._sync_delivered)
+            except ProducerClosed:
+                # The shutdown's drain was cut short and closed it: no sync goes any more.
+                self._producer_closed = True
+                return
             except (BufferError, ProduceTimeout, KafkaException) as exc:
                 logger.debug("offset sync for %s[%d] not written: %s", source, partition, exc)
                 continue
+            self._syncs_out += 1
             self._synced[(source, partition)] = at
 
     def _ask_ends(self, sync: TopicSync) -> PendingEnds:
         return sync.ask_ends({self._router.target(t.topic) for t in self._ledger})
 
-
-def _on_sync_delivery(err: KafkaError | None, report: object) -> None:
-    if err is not None:
-        # Only a hint for translation (which stays correct without it): logged, not fatal.
-        logger.warning("an offset sync was not written: %s", describe(err))
+    def _sync_delivered(self, err: KafkaError | None, report: object) -> None:
+        self._syncs_out -= 1
+        if err is not None:
+            # Only a hint for translation (which stays correct without it): logged, not fatal.
+            logger.warning("an offset sync was not written: %s", describe(err))

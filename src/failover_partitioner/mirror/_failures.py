@@ -106,6 +106,7 @@ class Failures:
             msg = found[1]
         else:
             # Nothing to tell it by: the earliest unmatched message, so the commit stops there.
+            # (An open span's run includes the message being produced: never empty here.)
             unmatched = [m for m in span_messages(span) if m.offset() not in claimed]
             msg = unmatched[0] if unmatched else next(span_messages(span))
         claimed.add(msg.offset())  # type: ignore[arg-type]  # consumed: has one

@@ -26,7 +26,7 @@ One thread does everything, so every piece of state has one writer:
   grown and configured like it (``_topics``), and its placement decided once (``preserve``:
   source partition p to target p while usable; see ``_targets``).
 * Each commit may record an offset sync (``_offsets``): the next offset to hand per source
-  partition, then the target's ends, read with nothing handed in between.
+  partition, with the target's ends as answered before it (``_committer``).
 * A message that finally fails stops the mirror: the other in-flight messages are finished,
   every partition is committed up to (not past) its first undelivered message, and ``run``
   raises :class:`MessageFailedError`. With a dead-letter topic the message goes there instead.
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from confluent_kafka import (
@@ -73,6 +73,7 @@ from ._config import MirrorOptions
 from ._errors import MirrorError
 from ._failures import Failures
 from ._lane import LaneControl
+from ._logins import LOGIN_REFUSALS, refused_login
 from ._provenance import HEADER_SOURCE, HEADER_SOURCE_OFFSET, Headers, Provenance
 from ._rebalance import Rebalance
 from ._report import Counters, Reporter
@@ -85,6 +86,61 @@ logger = logging.getLogger(__name__)
 
 # The provenance prefix of a run whose provenance format does not use one (never changed).
 _NO_PREFIX: Headers = []
+
+# What the source consumer reports when the source cluster refuses the mirror's principal:
+# the Java consumer throws them from poll() and MirrorMaker 2 fails the task; librdkafka only
+# reports them once and then idles, so the mirror stops at the first (a grant takes effect at
+# the restart). Fatal errors and a message that finally fails stop it the same way.
+_SOURCE_REFUSALS = LOGIN_REFUSALS | {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+def source_refusal(err: KafkaError, group: str, topics: str) -> str:
+    """The error of a source consumer refused by the source cluster: what was refused and
+    the right the principal lacks (``topics``: the topic named, or those subscribed)."""
+    code = err.code()
+    if code in LOGIN_REFUSALS:
+        return refused_login("source", "--consumer.config", err)
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        what = (
+            f"the source cluster refuses to let the mirror read topic {topics}: "
+            "the source principal needs READ (and DESCRIBE) on each source topic"
+        )
+    elif code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        what = (
+            f"the source cluster refuses the mirror's consumer group {group!r}: the source "
+            "principal needs READ on the group"
+        )
+    else:
+        what = "the source cluster refuses the mirror's consumer a cluster-wide request"
+    return (
+        f"{what} ({describe(err)}). Stopped; nothing undelivered was committed. Grant it (see "
+        "docs/configuration.md) and restart: the mirror resumes where it committed"
+    )
+
+
+def consumer_error(
+    err: KafkaError | None, topic: str | None, group: str, subscribed: Sequence[str] | None
+) -> None:
+    """Raise :class:`MirrorError` for an error the source consumer returned instead of a
+    message that stops the mirror (``topic``: the one it names, if any), else log it. Raising
+    stops the mirror as ``run`` does for any error: in-flight messages are finished and only
+    what was delivered is committed."""
+    if err is None:
+        return
+    if err.fatal():
+        raise MirrorError(f"the source consumer failed: {describe(err)}")
+    code = err.code()
+    if code == KafkaError._PARTITION_EOF:
+        return
+    if code in _SOURCE_REFUSALS:
+        named = (topic,) if topic else subscribed or ()
+        topics = ", ".join(repr(t) for t in named) or "?"
+        raise MirrorError(source_refusal(err, group, topics))
+    logger.warning("source consumer: %s", describe(err))
 
 
 class Mirror:
@@ -163,7 +219,8 @@ class Mirror:
             clock=clock,
             hurry=lambda: self._hurry,
         )
-        self._reporter = Reporter(counters, ledger, clients, clock, metrics_registry)
+        reset = options.consumer_config["auto.offset.reset"]
+        self._reporter = Reporter(counters, ledger, clients, clock, metrics_registry, reset=reset)
 
     # -- public --------------------------------------------------------------------------
 
@@ -191,8 +248,10 @@ class Mirror:
         self._started = True
         opts = self._options
         clients = self._clients
+        # Its error_cb: a refused login is told only there (see _logins).
+        consumer_config = {**opts.consumer_config, "error_cb": self._targets.source_logins.error_cb}
         clients.consumer = consumer = build(
-            "source consumer", self._consumer_factory, opts.consumer_config
+            "source consumer", self._consumer_factory, consumer_config
         )
         try:
             clients.producer = build(
@@ -337,7 +396,7 @@ class Mirror:
         try:
             for msg in batch:
                 if (err := msg.error()) is not None:
-                    self._consumer_error(err)
+                    self._consumer_error(err, msg.topic())
                     continue
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 assert topic is not None
@@ -518,7 +577,7 @@ class Mirror:
     def _rewind_paused(self, msg: Message) -> None:
         """A message arrived while paused (a partition assigned since): give it back."""
         if msg.error() is not None:
-            self._consumer_error(msg.error())
+            self._consumer_error(msg.error(), msg.topic())
             return
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
         assert topic is not None
@@ -530,14 +589,9 @@ class Mirror:
         consumer.pause([TopicPartition(topic, partition)])
         consumer.seek(tp)
 
-    def _consumer_error(self, err: KafkaError | None) -> None:
-        if err is None:
-            return
-        if err.fatal():
-            raise MirrorError(f"the source consumer failed: {describe(err)}")
-        if err.code() == KafkaError._PARTITION_EOF:
-            return
-        logger.warning("source consumer: %s", describe(err))
+    def _consumer_error(self, err: KafkaError | None, topic: str | None = None) -> None:
+        """An error the consumer returned instead of a message (see ``consumer_error``)."""
+        consumer_error(err, topic, self._options.group, self._targets.subscribed)
 
     def _shutdown(self, *, failed: bool) -> None:
         consumer, producer = self._clients.consumer, self._clients.producer

@@ -117,17 +117,30 @@ class Provenance:
 
 
 def span_messages(span: Span) -> Iterator[Message]:
-    """The consumed messages of ``span``, from the batch it was handed from."""
+    """The consumed messages of ``span``, from the batch it was handed from.
+
+    A closed span's are its offsets ``first`` to ``end``. An open one (a failure the producer
+    reports inside ``produce()``, before the mirror closes the span) has no end yet: its run,
+    the batch's consecutive messages of its partition from ``first`` on, of which those
+    handed so far are a prefix (the mirror opens a new span wherever the partition changes).
+    """
     tracker = span.tracker
+    topic, partition, first = tracker.topic, tracker.partition, span.first
+    end = span.end
+    is_open = span.open
+    started = False
     for msg in span.source or ():
+        if msg.error() is not None:
+            continue  # an error event is not handed, and does not end a run
         offset = msg.offset()
-        if (
-            offset is not None
-            and span.first <= offset < span.end
-            and msg.error() is None
-            and msg.partition() == tracker.partition
-            and msg.topic() == tracker.topic
-        ):
+        if offset is None:
+            continue
+        if msg.partition() != partition or msg.topic() != topic:
+            if started and is_open:
+                return  # the run ended: what follows is another span's
+            continue
+        if first <= offset and (is_open or offset < end):
+            started = True
             yield msg
 
 

@@ -70,8 +70,12 @@ class Rebalance:
             return
         for tp in committed:
             tracker = self._ledger.get(tp.topic, tp.partition)
-            if tracker is not None and tp.error is None and tp.offset >= 0:
+            if tracker is None or tp.error is not None:
+                continue
+            if tp.offset >= 0:
                 tracker.committed(tp.offset)
+            else:  # OFFSET_INVALID: the group stores none, the consumer starts at the reset
+                tracker.no_committed_offset()
 
     def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
         self._unpause(partitions)

@@ -16,7 +16,35 @@ from ._clients import Clients
 from ._commits import CommitLedger
 from ._status import MetricsSnapshot, MirrorCollector, MirrorStatus, PartitionStatus
 
-__all__ = ["Counters", "Reporter"]
+__all__ = ["Counters", "Reporter", "partition_lag"]
+
+# librdkafka's names for auto.offset.reset=earliest.
+_FROM_START = frozenset({"earliest", "smallest", "beginning"})
+
+
+def partition_lag(
+    committed: int | None, low: int | None, high: int | None, *, reads_from_low: bool
+) -> int | None:
+    """One source partition's lag: what the mirror still has to read and commit, None if
+    unknown. ``low`` and ``high`` are its log start and end offsets as the consumer last saw
+    them; ``committed`` the group's offset; ``reads_from_low``: with no committed offset the
+    consumer starts at ``low`` (``auto.offset.reset=earliest``, and the group is known to
+    store none).
+
+    An empty partition (``low == high``) has nothing to mirror: 0, whatever the offsets and the
+    reset. Otherwise the end minus the committed offset; with none, the end minus where the
+    consumer starts, known only when it starts at the log start (with ``latest`` it is where
+    the end was when the consumer first asked, which librdkafka does not say until a message
+    comes: ``position()`` stays invalid)."""
+    if high is None:
+        return None
+    if low is not None and low >= high:
+        return 0
+    if committed is not None:
+        return max(0, high - committed)
+    if low is not None and reads_from_low:
+        return high - low
+    return None
 
 
 class Counters:
@@ -55,8 +83,13 @@ class Reporter:
         clients: Clients,
         clock: Callable[[], float],
         registry: CollectorRegistry | None,
+        *,
+        reset: str,
     ) -> None:
+        """``reset``: the consumer's ``auto.offset.reset``, where it starts reading a
+        partition for which the group stores no offset."""
         self._counters = counters
+        self._from_start = reset.strip().lower() in _FROM_START
         self._ledger = ledger
         self._clients = clients
         self._clock = clock
@@ -115,19 +148,24 @@ class Reporter:
         consumer = self._clients.consumer
         out = []
         for tracker in sorted(self._ledger, key=lambda t: (t.topic, t.partition)):
+            low: int | None = None
             high: int | None = None
             if consumer is not None and not self._clients.closing:
                 try:
-                    _, hw = consumer.get_watermark_offsets(
+                    # As of the last fetch response: -1001 (OFFSET_INVALID) before the first.
+                    lw, hw = consumer.get_watermark_offsets(
                         TopicPartition(tracker.topic, tracker.partition), cached=True
                     )
+                    low = lw if lw >= 0 else None
                     high = hw if hw >= 0 else None
                 except KafkaException:
-                    high = None
-            base = tracker.committed_offset
-            lag = None
-            if high is not None and base is not None:
-                lag = max(0, high - base)
+                    pass
+            lag = partition_lag(
+                tracker.committed_offset,
+                low,
+                high,
+                reads_from_low=self._from_start and tracker.committed_known,
+            )
             out.append(
                 PartitionStatus(
                     topic=tracker.topic,

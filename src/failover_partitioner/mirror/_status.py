@@ -24,7 +24,9 @@ class PartitionStatus:
     high_watermark: int | None
     """The source partition's end as last seen by the consumer."""
     lag: int | None
-    """high_watermark - committed offset (or - first consumed offset before any commit)."""
+    """What is left to read and commit: 0 if the partition is empty, else high_watermark -
+    committed offset; with no committed offset, high_watermark - the log start offset when the
+    consumer starts there (``auto.offset.reset=earliest``), else None (see ``partition_lag``)."""
     in_flight: int
     failed_offset: int | None
 
@@ -198,7 +200,8 @@ class MirrorCollector(Collector):
         )
         lag = GaugeMetricFamily(
             "failover_mirror_lag",
-            "Source high watermark minus committed offset",
+            "Source high watermark minus committed offset (none committed: minus where the "
+            "mirror starts reading, if known; 0 when the partition is empty)",
             labels=["topic", "partition"],
         )
         for p in snap.partitions:

@@ -9,7 +9,7 @@ topic is whole (every partition usable: the fast lane may take its messages) is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -29,6 +29,7 @@ from ._clients import (
 )
 from ._config import MirrorOptions, TopicRouter, refuse_copy_onto_itself
 from ._errors import MirrorConfigError
+from ._logins import Logins
 from ._topics import (
     EXCLUDED_CONFIGS,
     TopicSync,
@@ -60,7 +61,9 @@ class Targets:
 
     ``sync``: the topic sync (None without an admin factory); ``offset_syncs_on``: off when
     the target refused the offset-syncs topic (warned once at start); ``seen``: every target
-    topic produced to (the lane comes back on once all of them are whole)."""
+    topic produced to (the lane comes back on once all of them are whole);
+    ``source_logins``, ``target_logins``: what the clients of each cluster told of refused
+    logins (a request that fails after one stops the mirror, see ``_logins``)."""
 
     def __init__(
         self,
@@ -89,6 +92,8 @@ class Targets:
         # Source and target are one cluster: by the same bootstrap list until the clusters'
         # ids are read at start.
         self.same_cluster = options.source_servers == options.target_servers
+        self.source_logins = Logins("source", "--consumer.config")
+        self.target_logins = Logins("target", "--producer.config")
 
     def start(self) -> None:
         """Check the producer can place as asked; build the topic sync; make the
@@ -106,8 +111,8 @@ class Targets:
             return
         target_conf = client_settings(opts.producer_config).client_conf
         self.sync = TopicSync(
-            build("source admin client", factory, admin_config(opts.consumer_config)),
-            build("target admin client", factory, admin_config(target_conf)),
+            admin_client("source", factory, opts.consumer_config, self.source_logins),
+            admin_client("target", factory, target_conf, self.target_logins),
             manage=opts.sync_topics,
             replication_factor=opts.topic_replication_factor,
             extra_configs=opts.topic_configs,
@@ -143,8 +148,13 @@ class Targets:
         try:
             source_id, target_id = sync.cluster_ids()
         except KafkaException as exc:
+            # The first request to both: a cluster that refuses the credentials stops it here.
+            self.source_logins.failed()
+            self.target_logins.failed()
             logger.warning("cannot read the clusters' ids (%s); telling them by bootstrap", exc)
             return
+        self.source_logins.succeeded()
+        self.target_logins.succeeded()
         if source_id is None or target_id is None:
             return
         self.same_cluster = source_id == target_id
@@ -182,10 +192,13 @@ class Targets:
                         "on the mirrored topics, the target's CREATE, ALTER and DESCRIBE_CONFIGS; "
                         "or pass --no-sync-topics and manage target topics yourself"
                     ) from exc
+                self.source_logins.failed()
+                self.target_logins.failed()
                 logger.warning(
                     "cannot sync target topics (%s); keeping the current subscription", exc
                 )
                 return False
+            self.target_logins.succeeded()
             if configs:
                 self._next_config_sync = now + self._options.config_sync_interval_s
             self._synced_shape = shape
@@ -304,8 +317,11 @@ class Targets:
         try:
             metadata = consumer.list_topics(timeout=10)
         except KafkaException as exc:
+            # No broker answered: a refused login stops the mirror, anything else is waited out.
+            self.source_logins.failed()
             logger.warning("cannot list source topics (%s); keeping the current subscription", exc)
             return
+        self.source_logins.succeeded()
         topics = tuple(sorted(t for t in metadata.topics if self.router.selects(t)))
         for topic in topics:
             self.router.target(topic)  # an illegal renamed name fails here, before consuming
@@ -333,3 +349,15 @@ class Targets:
             logger.warning("no source topic matches any more; unsubscribing")
             consumer.unsubscribe()
             self.subscribed = None
+
+
+def admin_client(
+    cluster: str, factory: AdminFactory, conf: Mapping[str, Any], logins: Logins
+) -> Any:
+    """An admin client of ``cluster`` (from its consumer or producer ``conf``) that tells
+    ``logins`` of its errors: the first request to a cluster is an admin client's."""
+    admin = build(
+        f"{cluster} admin client", factory, {**admin_config(conf), "error_cb": logins.error_cb}
+    )
+    logins.served_by(admin)
+    return admin

@@ -64,10 +64,13 @@ _NOT_DESCRIBED = frozenset({KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPOR
 
 class PendingEnds:
     """The answer to :meth:`TopicSync.ask_ends`, once it comes: the high watermarks the
-    target's leaders had at some moment between the asking and the answer."""
+    target's leaders had at some moment between the asking and the answer.
 
-    def __init__(self, futures: Mapping[Any, Future[Any]]) -> None:
+    ``topics``: the target topics asked for."""
+
+    def __init__(self, futures: Mapping[Any, Future[Any]], topics: frozenset[str]) -> None:
         self._futures = futures
+        self.topics = topics
 
     def wait(self, timeout_s: float) -> bool:
         """True once the whole answer is in (at most ``timeout_s`` of waiting for it)."""
@@ -336,14 +339,16 @@ class TopicSync:
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # stubs lag
 
+        asked = frozenset(topics)
         wanted = {
             TopicPartition(t, q): OffsetSpec.latest()  # type: ignore[no-untyped-call]
-            for t in topics
+            for t in asked
             for q in range(self.partitions.get(t, 0))
         }
         if not wanted:
-            return PendingEnds({})
-        return PendingEnds(self._target.list_offsets(wanted, request_timeout=self._timeout_s))
+            return PendingEnds({}, asked)
+        futures = self._target.list_offsets(wanted, request_timeout=self._timeout_s)
+        return PendingEnds(futures, asked)
 
     def _topic_configs(self, admin: Any, topics: list[str]) -> dict[str, dict[str, str]]:
         from confluent_kafka.admin import (  # type: ignore[attr-defined]  # stubs lag

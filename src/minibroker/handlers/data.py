@@ -26,6 +26,8 @@ __all__ = ["handle_fetch", "handle_list_offsets", "handle_produce"]
 
 _NONE = ErrorCode.none
 _PRODUCE_RESPONSE_LEADER_HINT = 10  # KIP-951 current_leader in Produce responses from v10
+# and in Fetch responses from v16 (Kafka's KafkaApis; earlier versions have the field unset).
+_FETCH_RESPONSE_LEADER_HINT = 16
 
 
 class _ProduceReply:
@@ -222,7 +224,11 @@ class _Fetch:
         )
         if error is not None:
             entry["error_code"] = error
-            if error == ErrorCode.not_leader_or_follower and partition.leader >= 0:
+            if (
+                self.ctx.api_version >= _FETCH_RESPONSE_LEADER_HINT
+                and error in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+                and partition.leader >= 0
+            ):
                 entry["current_leader"] = _leader_hint(partition)
             return -1
         log = partition.leader_log

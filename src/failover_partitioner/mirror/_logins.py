@@ -1,0 +1,88 @@
+"""Refused logins: a cluster that refuses the mirror's credentials stops it.
+
+librdkafka tells of a refused login (SASL authentication failed: a wrong password, an unknown
+user) only through a client's ``error_cb``, as ``_AUTHENTICATION``, and then tries again for
+ever; meanwhile each request fails as if the brokers were down (``_TRANSPORT``, ``_TIMED_OUT``:
+"Failed to get metadata"), and a consumer that never subscribed returns nothing from
+``consume()``. The Java clients throw a ``SaslAuthenticationException`` instead, and MirrorMaker
+2 fails its task. So each client of a cluster hands its errors to that cluster's
+:class:`Logins`, and a request to the cluster that fails stops the mirror when the cluster
+refused the login on every broker tried: a refusal and then ``_ALL_BROKERS_DOWN`` from its
+clients, with no request answered since. A failure without a refusal (a broker restarting, a
+network cut) is waited out as before, and so is one broker refusing while another answers (a
+broker that has not yet learnt a new user's credentials): a request that succeeds clears what
+was noted.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from ._clients import describe
+from ._errors import MirrorError
+
+__all__ = ["LOGIN_REFUSALS", "Logins", "refused_login"]
+
+logger = logging.getLogger(__name__)
+
+# What librdkafka reports for a login the cluster refused (the first through error_cb, the
+# second in a response: SaslAuthenticate's error code).
+LOGIN_REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+
+
+def refused_login(cluster: str, settings: str, err: KafkaError) -> str:
+    """The error of a mirror whose ``cluster`` ("source" or "target") refused the credentials
+    of ``settings`` (the flag of the file they came from). librdkafka's text names the broker
+    and the mechanism, never the password."""
+    return (
+        f"the {cluster} cluster refused the credentials of {settings} ({describe(err)}): check "
+        "sasl.username, sasl.password and sasl.mechanisms in it. Stopped; nothing undelivered was "
+        "committed. Fix them and restart: the mirror resumes where it committed"
+    )
+
+
+class Logins:
+    """The refused logins told by the clients of one cluster (their ``error_cb``), since a
+    request to it last succeeded. ``cluster`` and ``settings`` name it in the error."""
+
+    def __init__(self, cluster: str, settings: str) -> None:
+        self._cluster = cluster
+        self._settings = settings
+        self._refused: KafkaError | None = None
+        self._all_down = False
+        self._serve: list[weakref.ref[Any]] = []
+
+    def error_cb(self, err: KafkaError) -> None:
+        """A client's ``error_cb``: called in the thread that polls the client."""
+        code = err.code()
+        if code in LOGIN_REFUSALS:
+            self._refused = err
+        elif code == KafkaError._ALL_BROKERS_DOWN and self._refused is not None:
+            # librdkafka fails a broker (the refusal) before it counts it down.
+            self._all_down = True
+        logger.debug("%s client: %s", self._cluster, describe(err))
+
+    def served_by(self, client: object) -> None:
+        """``client`` (an admin client, whose callbacks only its ``poll`` serves) tells its
+        errors here; they are served before each look at them. Held weakly: the client holds
+        ``error_cb``, and so this."""
+        if hasattr(client, "poll"):
+            self._serve.append(weakref.ref(client))
+
+    def succeeded(self) -> None:
+        """A request to the cluster was answered: the credentials are good somewhere."""
+        self._refused = None
+        self._all_down = False
+
+    def failed(self) -> None:
+        """A request to the cluster failed: raise :class:`MirrorError` when the cluster refused
+        the credentials on every broker tried, else return (the caller goes on as before)."""
+        for served in self._serve:
+            if (client := served()) is not None:
+                client.poll(0)
+        if self._refused is not None and self._all_down:
+            raise MirrorError(refused_login(self._cluster, self._settings, self._refused))
