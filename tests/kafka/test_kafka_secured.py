@@ -621,13 +621,16 @@ def test_mirror_without_create_on_the_target_stops_naming_the_topic_and_the_refu
     assert all(tp.offset < 0 for tp in offsets), "nothing may be committed"
 
 
-def refused_mirror(cluster: KafkaCluster, refuse: str) -> tuple[str, str, Any]:
+def refused_mirror(
+    cluster: KafkaCluster, refuse: str, other_ca: str | None = None
+) -> tuple[str, str, Any]:
     """A source topic of 3 partitions with 50 messages, its target ``copy.<source>`` (existing),
     and a user with every right the mirror needs except ``refuse``: "target" (no right at all
     on the target topic), "read" (DESCRIBE but not READ on the source), "group" (no READ on the
     group); or with every right and a wrong password in the consumer's settings
-    ("source-login") or the producer's ("target-login"). Returns the source, its group and the
-    Mirror (not started)."""
+    ("source-login") or the producer's ("target-login"), or ``other_ca`` (a CA that did not
+    sign the brokers' certificates) in the producer's ("target-ca"). Returns the source, its
+    group and the Mirror (not started)."""
     from confluent_kafka import Producer
 
     from failover_partitioner.mirror import Mirror, MirrorOptions
@@ -650,13 +653,15 @@ def refused_mirror(cluster: KafkaCluster, refuse: str) -> tuple[str, str, Any]:
     assert writer.flush(30) == 0
     settings = cluster.client_settings(user, password(user))
     wrong = cluster.client_settings(user, "not-" + password(user))
+    if refuse == "target-ca":
+        wrong = {**settings, "ssl.ca.location": str(other_ca)}
     mirror = Mirror(
         MirrorOptions(
             consumer_config={
                 **(wrong if refuse == "source-login" else settings),
                 "group.id": group,
             },
-            producer_config=wrong if refuse == "target-login" else settings,
+            producer_config=wrong if refuse in ("target-login", "target-ca") else settings,
             include=source,
             rename="copy.{topic}",
             sync_topics=False,
@@ -753,11 +758,37 @@ def test_mirror_with_a_wrong_password_stops_naming_the_refused_credentials(
     assert isinstance(error, MirrorError), repr(error)
     text = str(error)
     flag = "--consumer.config" if side == "source" else "--producer.config"
-    assert text.startswith(f"the {side} cluster refused the credentials of {flag}"), text
+    assert text.startswith(
+        f"the {side} cluster refused the credentials, with the settings of {flag}"
+    ), text
     assert "_AUTHENTICATION" in text
     assert "sasl.password" in text
     assert SECRET not in text
-    # The first request to both clusters (their ids) waits out its 15 s timeout.
-    assert elapsed < 30, f"stopped after {elapsed:.1f} s"
+    # The first request to both clusters (their ids) stops once every broker has refused for
+    # 5 s (it used to wait out its 15 s timeout).
+    assert elapsed < 12, f"stopped after {elapsed:.1f} s"
+    offsets = committed(cluster.bootstrap_servers, group, source, 3)
+    assert all(o < 0 for o in offsets.values()), offsets
+
+
+def test_mirror_with_a_ca_that_did_not_sign_the_target_brokers_stops_naming_the_handshake(
+    cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    """librdkafka tells of a failed TLS handshake as of a refused login, only through error_cb,
+    and tries again for ever; the mirror stops the same way, naming ssl.ca.location."""
+    from failover_partitioner.mirror import MirrorError
+
+    other_ca = str(security.make_tls(tmp_path).ca_pem)
+    source, group, mirror = refused_mirror(cluster, "target-ca", other_ca)
+    error, elapsed = run_until_it_stops(mirror, 45)
+    assert isinstance(error, MirrorError), repr(error)
+    text = str(error)
+    assert text.startswith(
+        "the TLS handshake with the target cluster failed, with the settings of --producer.config"
+    ), text
+    assert "certificate verify failed" in text, text
+    assert "check ssl.ca.location" in text
+    assert SECRET not in text
+    assert elapsed < 12, f"stopped after {elapsed:.1f} s"
     offsets = committed(cluster.bootstrap_servers, group, source, 3)
     assert all(o < 0 for o in offsets.values()), offsets

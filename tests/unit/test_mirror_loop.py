@@ -1524,7 +1524,9 @@ def test_a_source_that_refuses_the_login_stops_the_mirror_naming_the_consumer_co
     with pytest.raises(MirrorError) as caught:
         run_until(rig.mirror(), all_delivered(30), limit_s=300)
     text = str(caught.value)
-    assert text.startswith("the source cluster refused the credentials of --consumer.config")
+    assert text.startswith(
+        "the source cluster refused the credentials, with the settings of --consumer.config"
+    )
     assert "_AUTHENTICATION" in text
     assert "sasl.password" in text
     assert rig.consumers[0].closed
@@ -1565,5 +1567,36 @@ def test_a_refused_login_stops_a_failed_request_only_when_every_broker_refused()
     with pytest.raises(MirrorError) as caught:
         logins.failed()
     text = str(caught.value)
-    assert text.startswith("the target cluster refused the credentials of --producer.config")
+    assert text.startswith(
+        "the target cluster refused the credentials, with the settings of --producer.config"
+    )
     assert "SASL authentication error: invalid" in text
+
+
+def test_a_request_still_waiting_stops_once_every_broker_refused_for_a_while() -> None:
+    """While the first request waits (its timeout is 15 s), a refusal on every broker stops the
+    mirror after REFUSED_FOR_S, not at once: a broker that learns a new user's credentials
+    meanwhile answers. A failed TLS handshake (the brokers' CA not trusted) counts as a
+    refused login and is named with the settings to check."""
+    from failover_partitioner.mirror._logins import REFUSED_FOR_S, Logins
+
+    now = [100.0]
+    logins = Logins("source", "--consumer.config", clock=lambda: now[0])
+    handshake = KafkaError(KafkaError._SSL, "SSL handshake failed: certificate verify failed")
+    logins.error_cb(handshake)
+    logins.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "3/3 brokers are down"))
+    now[0] += REFUSED_FOR_S - 0.5
+    logins.check()  # not yet
+    logins.succeeded()  # a broker answered: what was noted is cleared
+    now[0] += 60
+    logins.check()
+    logins.error_cb(handshake)
+    logins.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "3/3 brokers are down"))
+    now[0] += REFUSED_FOR_S
+    with pytest.raises(MirrorError) as caught:
+        logins.check()
+    text = str(caught.value)
+    assert text.startswith(
+        "the TLS handshake with the source cluster failed, with the settings of --consumer.config"
+    ), text
+    assert "check ssl.ca.location" in text

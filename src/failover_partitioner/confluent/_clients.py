@@ -32,7 +32,7 @@ from typing import Any
 import confluent_kafka
 
 from failover_partitioner._config import companion_conf
-from failover_partitioner.confluent._shared import purge_until_empty
+from failover_partitioner.confluent._shared import login_refusal, purge_until_empty
 from failover_partitioner.confluent._state import ProducerState
 from failover_partitioner.errors import (
     AuthenticationFailed,
@@ -42,21 +42,6 @@ from failover_partitioner.errors import (
 )
 
 logger = logging.getLogger("failover_partitioner.confluent.producer")  # the producer's own
-
-
-# A login the cluster refused, told only through error_cb: what it is, what to check.
-_LOGIN_REFUSALS = {
-    confluent_kafka.KafkaError._AUTHENTICATION: (
-        "the cluster refused the credentials",
-        "check sasl.username, sasl.password and sasl.mechanisms (nothing is sent until they "
-        "are right)",
-    ),
-    confluent_kafka.KafkaError._SSL: (
-        "the TLS handshake with the cluster failed",
-        "check ssl.ca.location (the CA that signed the brokers' certificates) and the "
-        "client's own ssl.* settings (nothing is sent until it succeeds)",
-    ),
-}
 
 
 class Clients(ProducerState):
@@ -87,11 +72,17 @@ class Clients(ProducerState):
         return solo
 
     def _on_client_error(self, err: confluent_kafka.KafkaError) -> None:
-        told = _LOGIN_REFUSALS.get(err.code())
+        told = login_refusal(err)
         if told is not None:
+            what, settings = told
             if self._auth_error is None:
-                logger.error("%s: %s; %s", told[0], err.str(), told[1])
-            self._auth_error = f"{told[0]} ({err.str()})"
+                logger.error(
+                    "%s: %s; check %s (nothing is sent until they are right)",
+                    what,
+                    err.str(),
+                    settings,
+                )
+            self._auth_error = f"{what} ({err.str()})"
         if self._user_error_cb is not None:
             self._user_error_cb(err)
 

@@ -342,6 +342,31 @@ class _GroupReport:
             raise  # whole, for the client to keep (see the module doc)
 
 
+# A refused login, which librdkafka tells only through a client's ``error_cb`` and then tries
+# again for ever: what happened ("{cluster}": who refused, e.g. "the cluster") and the
+# settings to check. The producer and the mirror name a refusal from here.
+_CREDENTIALS = (
+    "{cluster} refused the credentials",
+    "sasl.username, sasl.password and sasl.mechanisms",
+)
+LOGIN_REFUSALS: Mapping[int, tuple[str, str]] = {
+    KafkaError._AUTHENTICATION: _CREDENTIALS,
+    KafkaError.SASL_AUTHENTICATION_FAILED: _CREDENTIALS,  # SaslAuthenticate's error code
+    KafkaError._SSL: (
+        "the TLS handshake with {cluster} failed",
+        "ssl.ca.location (the CA that signed the brokers' certificates) and the client's own "
+        "ssl.* settings",
+    ),
+}
+
+
+def login_refusal(err: KafkaError, cluster: str = "the cluster") -> tuple[str, str] | None:
+    """What a refused login ``err`` means, ``cluster`` named as who refused, and the settings
+    to check; None when ``err`` is no refused login."""
+    told = LOGIN_REFUSALS.get(err.code())
+    return None if told is None else (told[0].format(cluster=cluster), told[1])
+
+
 def kafka_error_of(exc: BaseException | None) -> KafkaError | None:
     """The ``KafkaError`` a confluent-kafka exception carries (a ``KafkaException``'s first
     argument), or None."""

@@ -11,37 +11,53 @@ refused the login on every broker tried: a refusal and then ``_ALL_BROKERS_DOWN`
 clients, with no request answered since. A failure without a refusal (a broker restarting, a
 network cut) is waited out as before, and so is one broker refusing while another answers (a
 broker that has not yet learnt a new user's credentials): a request that succeeds clears what
-was noted.
+was noted. A TLS handshake that fails (the brokers' certificate not signed by the CA in
+``ssl.ca.location``) is told and retried the same way, and counts as a refused login.
+
+The first request to both clusters (their ids) waits up to its timeout (15 s); while it waits,
+:meth:`Logins.check` stops the mirror once every broker tried has refused for
+``REFUSED_FOR_S``, as long as ``FailoverProducer`` waits before it raises
+``AuthenticationFailed`` (a broker that learns a new user's credentials meanwhile answers
+the request, which then succeeds).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError
 
+from failover_partitioner.confluent import _shared
+
 from ._clients import describe
 from ._errors import MirrorError
 
-__all__ = ["LOGIN_REFUSALS", "Logins", "refused_login"]
+__all__ = ["LOGIN_REFUSALS", "REFUSED_FOR_S", "Logins", "refused_login"]
 
 logger = logging.getLogger(__name__)
 
-# What librdkafka reports for a login the cluster refused (the first through error_cb, the
-# second in a response: SaslAuthenticate's error code).
-LOGIN_REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+# What librdkafka reports for a login the cluster refused (see confluent._shared).
+LOGIN_REFUSALS = frozenset(_shared.LOGIN_REFUSALS)
+# How long every broker may refuse, with no request answered, before a waiting request stops
+# the mirror: FailoverProducer's metadata_timeout_s, the wait before AuthenticationFailed.
+REFUSED_FOR_S = 5.0
 
 
 def refused_login(cluster: str, settings: str, err: KafkaError) -> str:
-    """The error of a mirror whose ``cluster`` ("source" or "target") refused the credentials
-    of ``settings`` (the flag of the file they came from). librdkafka's text names the broker
-    and the mechanism, never the password."""
+    """The error of a mirror whose ``cluster`` ("source" or "target") refused the login with
+    the settings of ``settings`` (the flag of the file they came from). librdkafka's text
+    names the broker and the mechanism, never the password."""
+    told = _shared.login_refusal(err, f"the {cluster} cluster")
+    assert told is not None, f"{err} is no refused login"
+    what, check = told
     return (
-        f"the {cluster} cluster refused the credentials of {settings} ({describe(err)}): check "
-        "sasl.username, sasl.password and sasl.mechanisms in it. Stopped; nothing undelivered was "
-        "committed. Fix them and restart: the mirror resumes where it committed"
+        f"{what}, with the settings of {settings} ({describe(err)}): check {check} in it. "
+        "Stopped; nothing undelivered was committed. Fix them and restart: the mirror resumes "
+        "where it committed"
     )
 
 
@@ -49,11 +65,14 @@ class Logins:
     """The refused logins told by the clients of one cluster (their ``error_cb``), since a
     request to it last succeeded. ``cluster`` and ``settings`` name it in the error."""
 
-    def __init__(self, cluster: str, settings: str) -> None:
+    def __init__(
+        self, cluster: str, settings: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._cluster = cluster
         self._settings = settings
+        self._clock = clock
         self._refused: KafkaError | None = None
-        self._all_down = False
+        self._all_down_at: float | None = None  # (when every broker was down, after a refusal)
         self._serve: list[weakref.ref[Any]] = []
 
     def error_cb(self, err: KafkaError) -> None:
@@ -61,9 +80,13 @@ class Logins:
         code = err.code()
         if code in LOGIN_REFUSALS:
             self._refused = err
-        elif code == KafkaError._ALL_BROKERS_DOWN and self._refused is not None:
+        elif (
+            code == KafkaError._ALL_BROKERS_DOWN
+            and self._refused is not None
+            and self._all_down_at is None
+        ):
             # librdkafka fails a broker (the refusal) before it counts it down.
-            self._all_down = True
+            self._all_down_at = self._clock()
         logger.debug("%s client: %s", self._cluster, describe(err))
 
     def served_by(self, client: object) -> None:
@@ -76,13 +99,22 @@ class Logins:
     def succeeded(self) -> None:
         """A request to the cluster was answered: the credentials are good somewhere."""
         self._refused = None
-        self._all_down = False
+        self._all_down_at = None
 
     def failed(self) -> None:
         """A request to the cluster failed: raise :class:`MirrorError` when the cluster refused
-        the credentials on every broker tried, else return (the caller goes on as before)."""
+        the login on every broker tried, else return (the caller goes on as before)."""
+        self._stop_if_refused(0.0)
+
+    def check(self) -> None:
+        """A request to the cluster is still waiting: raise :class:`MirrorError` when the
+        cluster has refused the login on every broker tried for ``REFUSED_FOR_S``."""
+        self._stop_if_refused(REFUSED_FOR_S)
+
+    def _stop_if_refused(self, for_s: float) -> None:
         for served in self._serve:
             if (client := served()) is not None:
                 client.poll(0)
-        if self._refused is not None and self._all_down:
+        since = self._all_down_at
+        if self._refused is not None and since is not None and self._clock() - since >= for_s:
             raise MirrorError(refused_login(self._cluster, self._settings, self._refused))

@@ -146,7 +146,7 @@ class Targets:
         """Whether source and target are one cluster, by the ids in their metadata: two
         bootstrap lists (one broker and all of them, a name and its address) may name one."""
         try:
-            source_id, target_id = sync.cluster_ids()
+            source_id, target_id = sync.cluster_ids(waiting=self._check_logins)
         except KafkaException as exc:
             # The first request to both: a cluster that refuses the credentials stops it here.
             self.source_logins.failed()
@@ -160,6 +160,10 @@ class Targets:
         self.same_cluster = source_id == target_id
         if self.same_cluster:
             refuse_copy_onto_itself(self.router, f"both have cluster id {source_id!r}")
+
+    def _check_logins(self) -> None:
+        self.source_logins.check()
+        self.target_logins.check()
 
     def _sync_topics(self, topics: Sequence[str], source_md: Any) -> bool:
         """Bring the target topics of ``topics`` in line with their sources (create, grow, and

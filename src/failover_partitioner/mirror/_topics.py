@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
@@ -288,9 +288,12 @@ class TopicSync:
         self._apply(plans)
         return plans
 
-    def cluster_ids(self) -> tuple[str | None, str | None]:
-        """The source's and the target's cluster ids (None: not told), both asked at once.
-        Raises ``KafkaException`` when a cluster cannot be read.
+    def cluster_ids(
+        self, waiting: Callable[[], None] = lambda: None
+    ) -> tuple[str | None, str | None]:
+        """The source's and the target's cluster ids (None: not told), both asked at once;
+        ``waiting`` is called about twice a second until both are answered (it may raise to
+        stop waiting). Raises ``KafkaException`` when a cluster cannot be read.
 
         ``describe_cluster`` asks for the cluster alone: librdkafka sends a Metadata request
         for no topic (about 100 bytes back), where ``list_topics`` would bring every topic and
@@ -301,6 +304,8 @@ class TopicSync:
             (admin, admin.describe_cluster(request_timeout=timeout))
             for admin in (self._source, self._target)
         ]
+        while futures_wait([future for _, future in asked], timeout=0.5).not_done:
+            waiting()
         source, target = (self._cluster_id(admin, future) for admin, future in asked)
         return source, target
 
