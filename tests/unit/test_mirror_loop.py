@@ -75,6 +75,12 @@ class FakeSource:
     # ``unreachable_by`` (told through the consumer's error_cb, as librdkafka does).
     unreachable_until: float = 0.0
     unreachable_by: int = KafkaError._TRANSPORT
+    # Errors the consumer's error_cb tells in its first consume() that fetches (told by
+    # librdkafka at startup, served only then).
+    told_at_first_fetch: list[KafkaError] = field(default_factory=list)
+    # Listings of the source topics (1 the first) that fail as with every broker down.
+    failed_listings: set[int] = field(default_factory=set)
+    listings: int = 0
 
     def add_topic(self, topic: str, partitions: int, messages_per_partition: int) -> None:
         for p in range(partitions):
@@ -171,6 +177,9 @@ class FakeConsumer:
         self._serve_rebalances()
         out: list[Message] = []
         live = [tp for tp in self.assigned if tp not in self.paused]
+        if live and self.error_cb is not None:
+            while self.source.told_at_first_fetch:
+                self.error_cb(self.source.told_at_first_fetch.pop(0))
         while len(out) < num_messages:
             progressed = False
             for tp in live:
@@ -234,7 +243,10 @@ class FakeConsumer:
         return 0, self.source.end(tp)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> _Metadata:
-        if self.clock.now < self.source.unreachable_until:
+        self.source.listings += 1
+        if self.clock.now < self.source.unreachable_until or (
+            self.source.listings in self.source.failed_listings
+        ):
             self.clock.sleep(timeout)
             failed = KafkaError(
                 KafkaError._TRANSPORT, "Failed to get metadata: Local: Broker transport failure"
@@ -1532,6 +1544,25 @@ def test_a_source_that_refuses_the_login_stops_the_mirror_naming_the_consumer_co
     assert rig.consumers[0].closed
     assert source.committed == {}
     assert rig.clock.now < 1000.0 + 60, "stopped at the second failed listing"
+
+
+def test_a_refusal_told_before_the_consumer_fetched_is_old_news_to_a_later_failure() -> None:
+    """A broker that had not learnt a new user's credentials yet refused the first login, and
+    then every broker was down for a moment; the consumer's error_cb told of it only in the
+    consume() that fetched. A listing that fails later (a broker restarting) is waited out:
+    it used to stop the mirror, naming the credentials (exit 1)."""
+    source = FakeSource(failed_listings={2})
+    source.add_topic("orders", 3, 10)
+    source.told_at_first_fetch = [
+        KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid credentials"),
+        KafkaError(KafkaError._ALL_BROKERS_DOWN, "3/3 brokers are down"),
+    ]
+    rig = Rig(source)
+    final = run_until(rig.mirror(topic_refresh_interval_s=1.0), lambda s: s.elapsed_s > 10)
+    assert source.listings >= 2
+    assert not source.told_at_first_fetch  # told, and waited out
+    assert final.state == "stopped"
+    assert source.committed == {("orders", p): 10 for p in range(3)}
 
 
 def test_a_source_with_every_broker_down_for_a_while_is_waited_out() -> None:

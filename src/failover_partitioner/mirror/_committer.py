@@ -122,6 +122,8 @@ class Committer:
             elif now >= self._next_offset_sync:
                 self._next_offset_sync = now + self._options.commit_interval_s
                 self._write_offset_syncs(final=False)
+            elif any((t, p) not in self._synced for t, p, _ in done):
+                self._write_offset_syncs(final=False)  # a partition's first: not left to later
 
     def _write_offset_syncs(self, *, final: bool) -> None:
         """Record, per source partition whose next offset moved since its last sync, that

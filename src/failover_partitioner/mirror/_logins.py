@@ -97,7 +97,10 @@ class Logins:
             self._serve.append(weakref.ref(client))
 
     def succeeded(self) -> None:
-        """A request to the cluster was answered: the credentials are good somewhere."""
+        """A request to the cluster was answered (or its consumer fetched): the credentials are
+        good somewhere. What the admin clients told before it is served first, so that it is
+        not taken later for news."""
+        self._serve_clients()
         self._refused = None
         self._all_down_at = None
 
@@ -111,10 +114,13 @@ class Logins:
         cluster has refused the login on every broker tried for ``REFUSED_FOR_S``."""
         self._stop_if_refused(REFUSED_FOR_S)
 
-    def _stop_if_refused(self, for_s: float) -> None:
+    def _serve_clients(self) -> None:
         for served in self._serve:
             if (client := served()) is not None:
                 client.poll(0)
+
+    def _stop_if_refused(self, for_s: float) -> None:
+        self._serve_clients()
         since = self._all_down_at
         if self._refused is not None and since is not None and self._clock() - since >= for_s:
             raise MirrorError(refused_login(self._cluster, self._settings, self._refused))

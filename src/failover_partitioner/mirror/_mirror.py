@@ -365,6 +365,7 @@ class Mirror:
         if self._paused or self._targets.subscribed is None:
             # Still call consume: it serves rebalance callbacks and keeps the group membership.
             for msg in consumer.consume(1, 0.05 if self._paused else 0.2):
+                self._targets.source_logins.succeeded()  # (a refusal told before is old)
                 self._rewind_paused(msg)
             if self._paused:
                 producer.poll(0.02)
@@ -372,6 +373,8 @@ class Mirror:
         timeout = 0.05 if in_flight else 0.2
         batch = consumer.consume(min(room, opts.poll_batch), timeout)
         if batch:
+            # The consumer fetched: a refused login its error_cb told before is old news.
+            self._targets.source_logins.succeeded()
             self._hand_batch(batch)
         elif window > in_flight or (lane is not None and lane.spans):
             # Caught up with the source: commit what is delivered now rather than at the next
