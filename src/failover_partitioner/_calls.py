@@ -13,12 +13,13 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def call_each(items: Iterable[T], call: Callable[[T], object]) -> BaseException | None:
+def call_each(
+    items: Iterable[T], call: Callable[[T], object], first: BaseException | None = None
+) -> BaseException | None:
     """``call(item)`` for every item, even when one raises: a callback or dead-letter hook
     interrupted by a Ctrl-C (``KeyboardInterrupt``) must not leave the other messages without
-    an outcome. Returns the first exception, for the caller to raise once it is done; later
-    ones are logged."""
-    first: BaseException | None = None
+    an outcome. Returns the first exception (``first``: one the caller already holds from an
+    earlier round), for the caller to raise once it is done; later ones are logged."""
     for item in items:
         try:
             call(item)

@@ -488,10 +488,9 @@ class AsyncFailoverProducer(Stopping):
                 m.dup = True
             queued |= verdict.queued
 
-        last = call_each(batch.messages, fail)  # every one, even after a hook raised
+        first = call_each(batch.messages, fail, first)  # every one, even after a hook raised
         if queued:
             self._retry_wake.set()
-        first = last if first is None else first
         if first is not None:
             raise first
 
