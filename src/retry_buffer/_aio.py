@@ -151,6 +151,8 @@ class AsyncRetryBuffer(Generic[T]):
         core = self._core
         try_enter = core.try_enter
         if service is not None:
+            if core.admission_shut:  # refused before the sender's service runs
+                raise core.refusal()
             service()
         if try_enter(entry):
             return

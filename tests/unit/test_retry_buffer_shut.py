@@ -186,6 +186,9 @@ def test_async_enter_services_before_each_look_and_wakes_when_a_retry_is_due() -
         with pytest.raises(AdmissionShut):
             await waiting
         assert len(looks) == 1
+        with pytest.raises(AdmissionShut):  # a late sender: refused at once, no service
+            await buf.enter(OwnEntry(), JOIN_S, service=service)
+        assert len(looks) == 1
         buf.delivered(second)  # the entry in flight still ends
 
     asyncio.run(main())
