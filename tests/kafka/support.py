@@ -180,11 +180,28 @@ def read_back(
         consumer.close()
 
 
+_COORDINATOR_NOT_READY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets; asked again while the group's coordinator is not ready
+    (NOT_COORDINATOR on a cluster started moments ago: its offsets topic still loading)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
+    deadline = time.monotonic() + 30
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
-        return {tp.partition: tp.offset for tp in tps}
+        while True:
+            try:
+                tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+                return {tp.partition: tp.offset for tp in tps}
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
 
