@@ -156,7 +156,6 @@ class ProducerOptions:
     message_id_header: str | None
     dead_letter: DeadLetter | None
     metrics_port: int | None
-    # These two go to the metrics exporter unchecked, as given.
     metrics_registry: CollectorRegistry | None
     metrics_addr: str
 
@@ -235,9 +234,9 @@ def producer_options(*, dead_letter_args: str, **given: Any) -> ProducerOptions:
         quarantine=_quarantine_policy(o["quarantine_backoff_s"], o["quarantine_max_s"]),
         message_id_header=_id_header(o["message_id_header"]),
         dead_letter=_dead_letter(o["dead_letter"], dead_letter_args),
-        metrics_registry=o["metrics_registry"],
+        metrics_registry=_metrics_registry(o["metrics_registry"]),
         metrics_port=_metrics_port(o["metrics_port"]),
-        metrics_addr=o["metrics_addr"],
+        metrics_addr=_metrics_addr(o["metrics_addr"]),
     )
 
 
@@ -279,13 +278,24 @@ def _retry_policy(
 
 
 def _quarantine_policy(quarantine_backoff_s: object, quarantine_max_s: object) -> QuarantinePolicy:
-    try:
-        return QuarantinePolicy(
-            initial_s=check_positive_number("quarantine_backoff_s", quarantine_backoff_s),
-            max_s=check_positive_number("quarantine_max_s", quarantine_max_s),
+    """Checked here, to name the user's options (QuarantinePolicy's own check names its
+    fields)."""
+    backoff = check_positive_number("quarantine_backoff_s", quarantine_backoff_s)
+    backoff_max = check_positive_number("quarantine_max_s", quarantine_max_s)
+    if backoff_max < backoff:
+        raise ConfigError(
+            f"quarantine_max_s ({_given('quarantine_max_s', quarantine_max_s)}) must be >= "
+            f"quarantine_backoff_s ({_given('quarantine_backoff_s', quarantine_backoff_s)}): "
+            "raise quarantine_max_s or lower quarantine_backoff_s"
         )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    return QuarantinePolicy(initial_s=backoff, max_s=backoff_max)
+
+
+def _given(name: str, value: object) -> str:
+    """``value`` for an error, said to be the default where it is (the user may not have given
+    it)."""
+    default = cast("Mapping[str, object]", OPTION_DEFAULTS)[name]
+    return f"{value!r}, the default" if value == default else repr(value)
 
 
 def _id_header(message_id_header: object) -> str | None:
@@ -321,3 +331,21 @@ def _metrics_port(metrics_port: object) -> int | None:
     if not 0 <= metrics_port <= 65535:
         raise ConfigError(f"metrics_port must be in 0..65535 (0 picks one), got {metrics_port!r}")
     return metrics_port
+
+
+def _metrics_registry(registry: object) -> CollectorRegistry | None:
+    if registry is None or isinstance(registry, CollectorRegistry):
+        return registry
+    raise ConfigError(
+        "metrics_registry must be a prometheus_client.CollectorRegistry (prometheus_client."
+        f"REGISTRY for the process-wide one) or None for a private one, got {registry!r}"
+    )
+
+
+def _metrics_addr(metrics_addr: object) -> str:
+    if not isinstance(metrics_addr, str) or not metrics_addr:
+        raise ConfigError(
+            "metrics_addr must be the address the exporter listens on, a non-empty str "
+            f"(e.g. '127.0.0.1', or '0.0.0.0' for every interface), got {metrics_addr!r}"
+        )
+    return metrics_addr

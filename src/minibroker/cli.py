@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -75,9 +76,15 @@ async def _run(args: argparse.Namespace) -> int:
         profile=args.profile,
     )
     control = ControlServer(cluster, port=args.control_port)
-    await cluster.start()
+    # First, so that a taken port (another `minibroker start`) is said before the cluster is
+    # up; a request meanwhile is answered "the cluster is not running".
     try:
         await control.start()
+    except OSError as exc:
+        print(_control_port_error(args.control_port, exc), file=sys.stderr)
+        return 2
+    try:
+        await cluster.start()
         print(cluster.bootstrap_servers, flush=True)
         print(f"control: {control.url}", flush=True)
         stop = asyncio.Event()
@@ -90,6 +97,20 @@ async def _run(args: argparse.Namespace) -> int:
         await control.close()
         await cluster.close()
     return 0
+
+
+def _control_port_error(port: int, exc: OSError) -> str:
+    """One line for a control port ``start`` cannot listen on: which port, and what to give."""
+    why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        why += " (another `minibroker start` running?)"
+    other = port + 1 if port < 65535 else port - 1
+    return (
+        f"minibroker: cannot listen on the control port 127.0.0.1:{port} (--control-port, "
+        f"default {DEFAULT_CONTROL_PORT}): {why}; give this cluster its own: --control-port 0 "
+        f"(a free port, printed on the second line) or another, e.g. --control-port {other} "
+        "(and the same to `minibroker ctl`)"
+    )
 
 
 def _request(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

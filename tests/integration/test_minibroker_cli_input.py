@@ -15,6 +15,7 @@ import pytest
 from minibroker.cli import main
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+START = [sys.executable, "-m", "minibroker.cli", "start"]
 
 
 @pytest.mark.parametrize(
@@ -76,6 +77,30 @@ def test_ctl_sends_any_topic_name_it_is_given(
     main(["ctl", "--control-port", str(control_port), "create-topic", "a.b", "-p", "1"])
     main(["ctl", "--control-port", str(control_port), command, "a.b"])
     assert "a.b" in capsys.readouterr().out
+
+
+def test_a_second_start_on_a_taken_control_port_names_it_before_starting_a_cluster(
+    control_port: int,
+) -> None:
+    """Which port, which option and what to give instead, in one line; and no cluster comes
+    up (no "cluster ... up" log line, no bootstrap servers printed) only to be torn down."""
+    second = subprocess.run(
+        [*START, "--brokers", "1", "--control-port", str(control_port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    other = control_port + 1 if control_port < 65535 else control_port - 1
+    assert second.returncode == 2, second.stderr
+    assert second.stdout == ""
+    assert second.stderr.splitlines() == [
+        f"minibroker: cannot listen on the control port 127.0.0.1:{control_port} "
+        "(--control-port, default 9700): address already in use (another `minibroker start` "
+        "running?); give this cluster its own: --control-port 0 (a free port, printed on the "
+        f"second line) or another, e.g. --control-port {other} (and the same to "
+        "`minibroker ctl`)"
+    ]
 
 
 def _python_3_10() -> str | None:

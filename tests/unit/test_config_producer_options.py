@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from failover_partitioner import (
     AsyncFailoverProducer,
@@ -30,7 +31,7 @@ BS = "127.0.0.1:1"
 # Untyped handle: the calls below are wrong on purpose, and must reach the code to be refused.
 FP: Any = FailoverProducer
 
-# A value refused of every option that is checked (the other two go to the exporter as given).
+# A value refused of every option (each is checked).
 BAD: dict[str, Any] = {
     "min_insync_replicas": 0,
     "strategy": "random",
@@ -55,13 +56,14 @@ BAD: dict[str, Any] = {
     "message_id_header": "",
     "dead_letter": "log",
     "metrics_port": 65536,
+    "metrics_registry": "x",
+    "metrics_addr": 123,
 }
-UNCHECKED = {"metrics_registry", "metrics_addr"}
 
 
 def test_every_declared_option_has_a_default_and_nothing_else_has_one() -> None:
     assert set(OPTION_DEFAULTS) == OPTION_NAMES
-    assert set(BAD) | UNCHECKED == OPTION_NAMES
+    assert set(BAD) == OPTION_NAMES
 
 
 def test_the_defaults_give_the_documented_options() -> None:
@@ -116,7 +118,7 @@ def test_given_values_reach_the_retry_policy_and_the_refresher_settings_as_float
 def test_the_producers_own_options_come_out_as_given() -> None:
     def hook(message: object, err: object) -> None: ...
 
-    registry = object()
+    registry = CollectorRegistry()
     opts = producer_options(
         dead_letter_args="message, err",
         client_rack="eu-1a",
@@ -148,6 +150,81 @@ def test_both_producers_refuse_a_bad_value_of_every_option_alike(name: str) -> N
         AsyncFailoverProducer(bootstrap_servers=BS, **{name: BAD[name]})
     assert name in str(sync.value)
     assert str(aio.value) == str(sync.value).replace("(message, err)", "(message, exc)")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"metrics_addr": 123, "metrics_port": 0},
+            "metrics_addr must be the address the exporter listens on, a non-empty str "
+            "(e.g. '127.0.0.1', or '0.0.0.0' for every interface), got 123",
+        ),
+        (
+            {"metrics_addr": ""},
+            "metrics_addr must be the address the exporter listens on, a non-empty str "
+            "(e.g. '127.0.0.1', or '0.0.0.0' for every interface), got ''",
+        ),
+        (
+            {"metrics_registry": "x"},
+            "metrics_registry must be a prometheus_client.CollectorRegistry (prometheus_client."
+            "REGISTRY for the process-wide one) or None for a private one, got 'x'",
+        ),
+        (
+            {"quarantine_backoff_s": 60},
+            "quarantine_max_s (30.0, the default) must be >= quarantine_backoff_s (60): "
+            "raise quarantine_max_s or lower quarantine_backoff_s",
+        ),
+        (
+            {"quarantine_max_s": 0.1},
+            "quarantine_max_s (0.1) must be >= quarantine_backoff_s (0.5, the default): "
+            "raise quarantine_max_s or lower quarantine_backoff_s",
+        ),
+        (
+            {"quarantine_backoff_s": 5.0, "quarantine_max_s": 1.0},
+            "quarantine_max_s (1.0) must be >= quarantine_backoff_s (5.0): "
+            "raise quarantine_max_s or lower quarantine_backoff_s",
+        ),
+    ],
+)
+def test_both_producers_refuse_at_construction_naming_the_users_options(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    """Not a TypeError from the exporter at start, nor QuarantinePolicy's field names."""
+    with pytest.raises(ConfigError) as sync:
+        FP(BASE, **kwargs)
+    with pytest.raises(ConfigError) as aio:
+        AsyncFailoverProducer(bootstrap_servers=BS, **kwargs)
+    assert str(sync.value) == str(aio.value) == message
+
+
+def test_the_process_wide_registry_and_any_address_string_are_accepted() -> None:
+    import prometheus_client
+
+    opts = producer_options(
+        dead_letter_args="message, err",
+        metrics_registry=prometheus_client.REGISTRY,
+        metrics_addr="::",
+    )
+    assert (opts.metrics_registry, opts.metrics_addr) == (prometheus_client.REGISTRY, "::")
+
+
+@given(
+    backoff=st.floats(min_value=1e-3, max_value=1e6),
+    backoff_max=st.floats(min_value=1e-3, max_value=1e6),
+)
+def test_the_quarantine_pair_is_accepted_exactly_when_the_maximum_is_not_below_the_start(
+    backoff: float, backoff_max: float
+) -> None:
+    args = {"quarantine_backoff_s": backoff, "quarantine_max_s": backoff_max}
+    if backoff_max >= backoff:
+        policy = producer_options(dead_letter_args="message, exc", **args).quarantine
+        assert (policy.initial_s, policy.max_s) == (backoff, backoff_max)
+    else:
+        with pytest.raises(
+            ConfigError, match=r"^quarantine_max_s \(.*\) must be >= quarantine_backoff_s"
+        ):
+            producer_options(dead_letter_args="message, exc", **args)
 
 
 def test_an_unknown_option_is_refused_with_the_nearest_name_and_every_option() -> None:

@@ -134,7 +134,7 @@ def test_bad_client_config_is_refused_with_the_value(conf: Any, message: str) ->
         ({"quarantine_backoff_s": 0}, "quarantine_backoff_s must be a finite number of seconds"),
         (
             {"quarantine_backoff_s": 5.0, "quarantine_max_s": 1.0},
-            r"max_s \(1.0\) must be >= initial_s \(5.0\)",
+            r"^quarantine_max_s \(1.0\) must be >= quarantine_backoff_s \(5.0\): raise",
         ),
         ({"message_id_header": ""}, "message_id_header must be a non-empty header name or None"),
         ({"dead_letter": "log"}, "dead_letter must be callable"),
