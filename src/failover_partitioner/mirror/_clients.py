@@ -27,6 +27,8 @@ from failover_partitioner.health import TopicView
 from ._errors import MirrorConfigError
 
 __all__ = [
+    "CHECK_ADDRESS",
+    "UNANSWERED",
     "AdminFactory",
     "Clients",
     "ConsumerFactory",
@@ -44,6 +46,7 @@ __all__ = [
     "default_producer",
     "describe",
     "names",
+    "unanswered",
 ]
 
 _T = TypeVar("_T")
@@ -172,6 +175,33 @@ def build(what: str, factory: Callable[[dict[str, Any]], _T], conf: Mapping[str,
 
 def describe(err: KafkaError) -> str:
     return f"{err.name()} ({err.str()})"
+
+
+# What a request fails with when no broker of the cluster answered it: none listens at the
+# address (a mistyped host or port), none runs, or none can be reached from here.
+UNANSWERED = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+    }
+)
+
+CHECK_ADDRESS = (
+    "check the address (host and port) and that the brokers run and can be reached from here"
+)
+
+
+def unanswered(cluster: str, servers: str, flag: str, waited_s: float, exc: BaseException) -> str:
+    """The start of the error of a ``cluster`` ("source" or "target") whose bootstrap
+    ``servers`` (given by ``flag``) answered no request in ``waited_s``: which cluster, which
+    address, where it was given, and what librdkafka said."""
+    err = kafka_error_of(exc)
+    said = describe(err) if err is not None else str(exc)
+    return (
+        f"the {cluster} cluster at {servers} ({flag}) did not answer in {waited_s:.0f} s ({said})"
+    )
 
 
 def names(partitions: Sequence[TopicPartition]) -> str:

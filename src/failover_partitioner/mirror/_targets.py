@@ -19,6 +19,8 @@ from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.errors import FailoverError
 
 from ._clients import (
+    CHECK_ADDRESS,
+    UNANSWERED,
     AdminFactory,
     Clients,
     LaneProducer,
@@ -26,12 +28,14 @@ from ._clients import (
     RebalanceCallback,
     build,
     describe,
+    unanswered,
 )
 from ._config import MirrorOptions, TopicRouter, refuse_copy_onto_itself
-from ._errors import MirrorConfigError
+from ._errors import MirrorConfigError, MirrorError
 from ._logins import Logins
 from ._topics import (
     EXCLUDED_CONFIGS,
+    ClusterIdsUnread,
     TopicSync,
     TopicSyncError,
     admin_config,
@@ -94,6 +98,8 @@ class Targets:
         self.same_cluster = options.source_servers == options.target_servers
         self.source_logins = Logins("source", "--consumer.config")
         self.target_logins = Logins("target", "--producer.config")
+        # The clusters whose id the first request could not read (none answered it).
+        self._unanswered: set[str] = set()
 
     def start(self) -> None:
         """Check the producer can place as asked; build the topic sync; make the
@@ -109,6 +115,7 @@ class Targets:
         factory = self._admin_factory
         if factory is None:
             return
+        started = self._clock()
         target_conf = client_settings(opts.producer_config).client_conf
         self.sync = TopicSync(
             admin_client("source", factory, opts.consumer_config, self.source_logins),
@@ -141,6 +148,43 @@ class Targets:
                     opts.offset_syncs_topic,
                     describe(err),
                 )
+            except KafkaException as exc:
+                err = kafka_error_of(exc)
+                if err is None or err.code() not in UNANSWERED:
+                    raise
+                # No target broker answered the ids nor this: a mistyped --target, or a
+                # cluster that is not running. Stop, naming it, rather than fail with
+                # librdkafka's words alone.
+                self.target_logins.failed()
+                raise MirrorError(self._unanswered_error(exc, self._clock() - started)) from exc
+
+    def _where(self, cluster: str) -> tuple[str, str]:
+        """The bootstrap servers of ``cluster`` ("source", "target") and where they were given."""
+        opts = self._options
+        if cluster == "source":
+            return opts.source_servers, (
+                "--source"
+                if opts.source_bootstrap is not None
+                else "bootstrap.servers in --consumer.config"
+            )
+        return opts.target_servers, (
+            "--target"
+            if opts.target_bootstrap is not None
+            else "bootstrap.servers in --producer.config"
+        )
+
+    def _unanswered_error(self, exc: KafkaException, waited_s: float) -> str:
+        """The error of a mirror stopped at start because the target answered nothing."""
+        told = unanswered("target", *self._where("target"), waited_s, exc)
+        if "source" in self._unanswered:
+            servers, flag = self._where("source")
+            told += f"; nor did the source cluster at {servers} ({flag})"
+        assert self.sync is not None
+        wait_s = 2 * self.sync.timeout_s  # the clusters' ids, then the offset-syncs topic
+        return (
+            f"{told}: {CHECK_ADDRESS}; the mirror waits {wait_s:.0f} s for the target at "
+            "startup. Nothing was mirrored or committed; fix it and restart"
+        )
 
     def _compare_clusters(self, sync: TopicSync) -> None:
         """Whether source and target are one cluster, by the ids in their metadata: two
@@ -151,7 +195,20 @@ class Targets:
             # The first request to both: a cluster that refuses the credentials stops it here.
             self.source_logins.failed()
             self.target_logins.failed()
-            logger.warning("cannot read the clusters' ids (%s); telling them by bootstrap", exc)
+            unread = exc.unread if isinstance(exc, ClusterIdsUnread) else {}
+            self._unanswered = {
+                c
+                for c, e in unread.items()
+                if (err := kafka_error_of(e)) and err.code() in UNANSWERED
+            }
+            for cluster in sorted(self._unanswered):
+                logger.warning(
+                    "%s: %s; waiting for it",
+                    unanswered(cluster, *self._where(cluster), sync.timeout_s, unread[cluster]),
+                    CHECK_ADDRESS,
+                )
+            if not self._unanswered:
+                logger.warning("cannot read the clusters' ids (%s); telling them by bootstrap", exc)
             return
         self.source_logins.succeeded()
         self.target_logins.succeeded()

@@ -33,6 +33,7 @@ from ._errors import MirrorError
 
 __all__ = [
     "EXCLUDED_CONFIGS",
+    "ClusterIdsUnread",
     "PendingEnds",
     "TopicPlan",
     "TopicShape",
@@ -196,6 +197,15 @@ def exclusion_pattern(names: Iterable[str]) -> re.Pattern[str]:
     return re.compile("|".join(parts) if parts else r"(?!)")
 
 
+class ClusterIdsUnread(KafkaException):
+    """:meth:`TopicSync.cluster_ids` could not read the id of each cluster in ``unread``
+    ("source", "target": what its request raised); it carries the first one's error."""
+
+    def __init__(self, unread: Mapping[str, KafkaException], *args: object) -> None:
+        super().__init__(*args)
+        self.unread = dict(unread)
+
+
 class TopicSync:
     """Brings target topics in line with their source topics through admin clients.
 
@@ -226,6 +236,11 @@ class TopicSync:
         """Target topic -> partition count, as of the last sync (missing: no such topic)."""
         self.changed: set[str] = set()
         """Target topics the last sync created or gave partitions to."""
+
+    @property
+    def timeout_s(self) -> float:
+        """How long each request to a cluster waits for its answer."""
+        return self._timeout_s
 
     def sync(
         self,
@@ -293,7 +308,8 @@ class TopicSync:
     ) -> tuple[str | None, str | None]:
         """The source's and the target's cluster ids (None: not told), both asked at once;
         ``waiting`` is called about twice a second until both are answered (it may raise to
-        stop waiting). Raises ``KafkaException`` when a cluster cannot be read.
+        stop waiting). Raises :class:`ClusterIdsUnread` (a ``KafkaException``) naming the
+        clusters that cannot be read.
 
         ``describe_cluster`` asks for the cluster alone: librdkafka sends a Metadata request
         for no topic (about 100 bytes back), where ``list_topics`` would bring every topic and
@@ -306,8 +322,18 @@ class TopicSync:
         ]
         while futures_wait([future for _, future in asked], timeout=0.5).not_done:
             waiting()
-        source, target = (self._cluster_id(admin, future) for admin, future in asked)
-        return source, target
+        ids: list[str | None] = []
+        unread: dict[str, KafkaException] = {}
+        for cluster, (admin, future) in zip(("source", "target"), asked, strict=True):
+            try:
+                ids.append(self._cluster_id(admin, future))
+            except KafkaException as exc:
+                unread[cluster] = exc
+                ids.append(None)
+        if unread:
+            first = next(iter(unread.values()))
+            raise ClusterIdsUnread(unread, *first.args) from first
+        return ids[0], ids[1]
 
     def _cluster_id(self, admin: Any, future: Future[Any]) -> str | None:
         try:

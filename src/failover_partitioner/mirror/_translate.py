@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from failover_partitioner.confluent._shared import kafka_error_of
 from failover_partitioner.errors import classify
 
-from ._clients import build
+from ._clients import CHECK_ADDRESS, UNANSWERED, build, unanswered
 from ._config import TopicRouter
 from ._errors import MirrorError
 from ._offsets import PROVENANCE_NONE, FirstUnread, OffsetSync, lower_bounds, provenance_to_read
@@ -79,8 +79,12 @@ def translate(
         },
     )
     try:
-        syncs = _read_syncs(reader, offset_syncs_topic, timeout_s) if offset_syncs_topic else []
-        md = reader.list_topics(timeout=timeout_s).topics
+        syncs = (
+            _read_syncs(reader, target_config, offset_syncs_topic, timeout_s)
+            if offset_syncs_topic
+            else []
+        )
+        md = _metadata(reader, "target", target_config, timeout_s).topics
         out: list[PartitionTranslation] = []
         for source, offsets in sorted(committed.items()):
             target = router.target(source)
@@ -119,7 +123,7 @@ def _source_offsets(
         "source consumer", Consumer, {**config, "group.id": group, "enable.auto.commit": False}
     )
     try:
-        md = consumer.list_topics(timeout=timeout_s).topics
+        md = _metadata(consumer, "source", config, timeout_s).topics
         tps = [
             TopicPartition(t, p)
             for t in sorted(md)
@@ -147,9 +151,37 @@ def _source_offsets(
     return {t: {p: max(o, 0) for p, o in offs.items()} for t, offs in used.items()}
 
 
-def _read_syncs(reader: Consumer, topic: str, timeout_s: float) -> list[OffsetSync]:
+def _metadata(
+    client: Consumer,
+    cluster: str,
+    config: Mapping[str, Any],
+    timeout_s: float,
+    topic: str | None = None,
+) -> Any:
+    """``cluster``'s metadata (of ``topic`` alone, if given). When no broker answers in
+    ``timeout_s`` (a mistyped --source or --target, brokers not running), a TranslateError
+    naming the cluster, its address and its flag, rather than librdkafka's words alone."""
+    try:
+        if topic is None:
+            return client.list_topics(timeout=timeout_s)
+        return client.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        err = kafka_error_of(exc)
+        if err is None or err.code() not in UNANSWERED:
+            raise
+        servers = config.get("bootstrap.servers")
+        told = unanswered(cluster, str(servers), f"--{cluster}", timeout_s, exc)
+        raise TranslateError(
+            f"{told}: {CHECK_ADDRESS}; translate waits {timeout_s:.0f} s for each cluster. "
+            "Nothing was committed"
+        ) from exc
+
+
+def _read_syncs(
+    reader: Consumer, config: Mapping[str, Any], topic: str, timeout_s: float
+) -> list[OffsetSync]:
     """Every offset sync in ``topic``, up to its current end."""
-    md = reader.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    md = _metadata(reader, "target", config, timeout_s, topic).topics.get(topic)
     if md is None or md.error is not None:
         logger.warning("no offset syncs topic %r on the target: scanning from the start", topic)
         return []
