@@ -75,9 +75,11 @@ class FakeSource:
     # ``unreachable_by`` (told through the consumer's error_cb, as librdkafka does).
     unreachable_until: float = 0.0
     unreachable_by: int = KafkaError._TRANSPORT
-    # Errors the consumer's error_cb tells in its first consume() that fetches (told by
-    # librdkafka at startup, served only then).
-    told_at_first_fetch: list[KafkaError] = field(default_factory=list)
+    # Errors the consumer's error_cb tells in one consume() call: its first, which then
+    # returns nothing (told at startup, served before the group assigned anything), or, with
+    # ``told_while_fetching``, the first that returns messages (told after they came).
+    told: list[KafkaError] = field(default_factory=list)
+    told_while_fetching: bool = False
     # Listings of the source topics (1 the first) that fail as with every broker down.
     failed_listings: set[int] = field(default_factory=set)
     listings: int = 0
@@ -174,12 +176,18 @@ class FakeConsumer:
         if self._unreachable():
             self.clock.sleep(timeout)
             return []
+        told = self.source.told
+        if told and self.error_cb is not None and not self.source.told_while_fetching:
+            while told:
+                self.error_cb(told.pop(0))
+            self.clock.sleep(timeout)
+            return []
         self._serve_rebalances()
         out: list[Message] = []
         live = [tp for tp in self.assigned if tp not in self.paused]
-        if live and self.error_cb is not None:
-            while self.source.told_at_first_fetch:
-                self.error_cb(self.source.told_at_first_fetch.pop(0))
+        if live and told and self.error_cb is not None:
+            while told:
+                self.error_cb(told.pop(0))
         while len(out) < num_messages:
             progressed = False
             for tp in live:
@@ -1548,21 +1556,41 @@ def test_a_source_that_refuses_the_login_stops_the_mirror_naming_the_consumer_co
 
 def test_a_refusal_told_before_the_consumer_fetched_is_old_news_to_a_later_failure() -> None:
     """A broker that had not learnt a new user's credentials yet refused the first login, and
-    then every broker was down for a moment; the consumer's error_cb told of it only in the
-    consume() that fetched. A listing that fails later (a broker restarting) is waited out:
-    it used to stop the mirror, naming the credentials (exit 1)."""
+    then every broker was down for a moment; the consumer's error_cb told of it in its first
+    consume(), after the first listing had succeeded. The consumer fetched since: a listing
+    that fails later (a broker restarting) is waited out (it stopped the mirror, naming the
+    credentials, exit 1)."""
     source = FakeSource(failed_listings={2})
     source.add_topic("orders", 3, 10)
-    source.told_at_first_fetch = [
+    source.told = [
         KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid credentials"),
         KafkaError(KafkaError._ALL_BROKERS_DOWN, "3/3 brokers are down"),
     ]
     rig = Rig(source)
     final = run_until(rig.mirror(topic_refresh_interval_s=1.0), lambda s: s.elapsed_s > 10)
     assert source.listings >= 2
-    assert not source.told_at_first_fetch  # told, and waited out
+    assert not source.told  # told, and waited out
     assert final.state == "stopped"
     assert source.committed == {("orders", p): 10 for p in range(3)}
+
+
+def test_a_refusal_told_while_the_consumer_fetched_stops_the_mirror_at_the_next_failure() -> None:
+    """Credentials revoked or rotated while the mirror runs: the consume() that returns the
+    last messages fetched also serves the refusal and the one all-brokers-down librdkafka
+    tells. Those messages are no proof the login still works: the next listing that fails
+    stops the mirror, naming the credentials (a fetch counted as one, and it idled for ever)."""
+    source = FakeSource(failed_listings=set(range(2, 10_000)), told_while_fetching=True)
+    source.add_topic("orders", 3, 10)
+    source.told = [
+        KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: invalid credentials"),
+        KafkaError(KafkaError._ALL_BROKERS_DOWN, "3/3 brokers are down"),
+    ]
+    rig = Rig(source)
+    with pytest.raises(MirrorError) as caught:
+        run_until(rig.mirror(topic_refresh_interval_s=1.0), lambda s: False, limit_s=600)
+    assert str(caught.value).startswith("the source cluster refused the credentials")
+    assert source.listings == 2
+    assert source.committed == {("orders", p): 10 for p in range(3)}  # (delivered first)
 
 
 def test_a_source_with_every_broker_down_for_a_while_is_waited_out() -> None:

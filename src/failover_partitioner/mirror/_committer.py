@@ -71,6 +71,8 @@ class Committer:
         # The producer refused one as closed (a shutdown's drain cut short): no more syncs.
         self._producer_closed = False
         self._next_offset_sync = 0.0
+        # Partitions whose first sync was tried before the next sync time (see _committed).
+        self._early: set[tuple[str, int]] = set()
         # The target's high watermarks, asked at one sync time and used at the next: the
         # commit path waits on the target for them only at a partition's first sync and the
         # final one (see _write_offset_syncs).
@@ -121,9 +123,15 @@ class Committer:
                 self._write_offset_syncs(final=True)
             elif now >= self._next_offset_sync:
                 self._next_offset_sync = now + self._options.commit_interval_s
+                self._early.clear()
                 self._write_offset_syncs(final=False)
-            elif any((t, p) not in self._synced for t, p, _ in done):
-                self._write_offset_syncs(final=False)  # a partition's first: not left to later
+            else:
+                # A partition's first sync is not left to the next sync time; tried once until
+                # then (its target topic may not be known to the sync yet).
+                first = {(t, p) for t, p, _ in done} - self._synced.keys() - self._early
+                if first:
+                    self._early |= first
+                    self._write_offset_syncs(final=False)
 
     def _write_offset_syncs(self, *, final: bool) -> None:
         """Record, per source partition whose next offset moved since its last sync, that

@@ -11,7 +11,8 @@ refused the login on every broker tried: a refusal and then ``_ALL_BROKERS_DOWN`
 clients, with no request answered since. A failure without a refusal (a broker restarting, a
 network cut) is waited out as before, and so is one broker refusing while another answers (a
 broker that has not yet learnt a new user's credentials): a request that succeeds clears what
-was noted. A TLS handshake that fails (the brokers' certificate not signed by the CA in
+was noted, and so does a consumer fetch during which nothing was told (a fetch during which a
+refusal was told proves nothing: the refusal may have come after it). A TLS handshake that fails (the brokers' certificate not signed by the CA in
 ``ssl.ca.location``) is told and retried the same way, and counts as a refused login.
 
 The first request to both clusters (their ids) waits up to its timeout (15 s); while it waits,
@@ -74,19 +75,20 @@ class Logins:
         self._refused: KafkaError | None = None
         self._all_down_at: float | None = None  # (when every broker was down, after a refusal)
         self._serve: list[weakref.ref[Any]] = []
+        self.told = 0
+        """Refusals and all-brokers-down told so far (see :meth:`fetched`)."""
 
     def error_cb(self, err: KafkaError) -> None:
         """A client's ``error_cb``: called in the thread that polls the client."""
         code = err.code()
         if code in LOGIN_REFUSALS:
             self._refused = err
-        elif (
-            code == KafkaError._ALL_BROKERS_DOWN
-            and self._refused is not None
-            and self._all_down_at is None
-        ):
+            self.told += 1
+        elif code == KafkaError._ALL_BROKERS_DOWN:
+            self.told += 1
             # librdkafka fails a broker (the refusal) before it counts it down.
-            self._all_down_at = self._clock()
+            if self._refused is not None and self._all_down_at is None:
+                self._all_down_at = self._clock()
         logger.debug("%s client: %s", self._cluster, describe(err))
 
     def served_by(self, client: object) -> None:
@@ -97,10 +99,21 @@ class Logins:
             self._serve.append(weakref.ref(client))
 
     def succeeded(self) -> None:
-        """A request to the cluster was answered (or its consumer fetched): the credentials are
-        good somewhere. What the admin clients told before it is served first, so that it is
-        not taken later for news."""
+        """A request to the cluster was answered: the credentials are good somewhere. What the
+        admin clients told before it is served first, so that it is not taken later for news."""
         self._serve_clients()
+        self._clear()
+
+    def fetched(self, told_before: int) -> None:
+        """The cluster's consumer returned messages from a ``consume()`` begun when ``told``
+        was ``told_before``. Its ``error_cb`` is served inside that call, so a refusal told
+        during it may have come after the fetch (credentials revoked or rotated while the
+        mirror runs; librdkafka tells all brokers down only once): only a fetch during which
+        nothing was told makes what was told before old news."""
+        if self.told == told_before:
+            self._clear()
+
+    def _clear(self) -> None:
         self._refused = None
         self._all_down_at = None
 

@@ -364,17 +364,20 @@ class Mirror:
             self._set_paused(True)
         if self._paused or self._targets.subscribed is None:
             # Still call consume: it serves rebalance callbacks and keeps the group membership.
+            logins = self._targets.source_logins
+            told = logins.told
             for msg in consumer.consume(1, 0.05 if self._paused else 0.2):
-                self._targets.source_logins.succeeded()  # (a refusal told before is old)
+                logins.fetched(told)  # (a refusal told before is old)
                 self._rewind_paused(msg)
             if self._paused:
                 producer.poll(0.02)
             return
         timeout = 0.05 if in_flight else 0.2
+        logins = self._targets.source_logins
+        told = logins.told
         batch = consumer.consume(min(room, opts.poll_batch), timeout)
         if batch:
-            # The consumer fetched: a refused login its error_cb told before is old news.
-            self._targets.source_logins.succeeded()
+            logins.fetched(told)  # a refused login its error_cb told before is old news
             self._hand_batch(batch)
         elif window > in_flight or (lane is not None and lane.spans):
             # Caught up with the source: commit what is delivered now rather than at the next
