@@ -12,8 +12,9 @@ clients, with no request answered since. A failure without a refusal (a broker r
 network cut) is waited out as before, and so is one broker refusing while another answers (a
 broker that has not yet learnt a new user's credentials): a request that succeeds clears what
 was noted, and so does a consumer fetch during which nothing was told (a fetch during which a
-refusal was told proves nothing: the refusal may have come after it). A TLS handshake that fails (the brokers' certificate not signed by the CA in
-``ssl.ca.location``) is told and retried the same way, and counts as a refused login.
+refusal was told proves nothing: the refusal may have come after it). A TLS handshake that
+fails (the brokers' certificate not signed by the CA in ``ssl.ca.location``) is told and
+retried the same way, and counts as a refused login.
 
 The first request to both clusters (their ids) waits up to its timeout (15 s); while it waits,
 :meth:`Logins.check` stops the mirror once every broker tried has refused for
